@@ -1,0 +1,138 @@
+"""Benchmarks of the foundation ops on a GPU; writes one JSON record per figure.
+
+Method (shared BASELINE.md): device time from CUDA-graph replay of N calls,
+median of repetitions, fresh random inputs larger than L2; bytes moved = each
+input read once + each output written once; the copy ceiling is measured in
+the same run. Host time: wall time per call at T = 128 over thousands of
+calls. First call: a fresh process, import + first call + synchronize.
+
+    python benchmarks/bench_foundation.py --out results.json
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def graph_time_us(fn, calls=20, reps=15):
+    """Median device time per call, from replaying a graph of ``calls`` launches."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)
+
+
+def copy_ceiling_gbs():
+    """Device-to-device copy of 1 GiB, bytes read + written, GB/s."""
+    a = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    t = graph_time_us(lambda: b.copy_(a), calls=5, reps=10)
+    return 2 * a.numel() / t / 1e3
+
+
+def host_time_us(fn, calls=5000, reps=5):
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        per.append((time.perf_counter() - t) / calls * 1e6)
+    return statistics.median(per)
+
+
+def first_call_s(op):
+    prep = ("import torch, time; x = torch.randn(128, 7168, device='cuda', dtype=torch.bfloat16); "
+            "s = torch.randn(128, 256, device='cuda'); torch.cuda.synchronize(); t = time.perf_counter(); ")
+    call = {"per_token_cast": "import tilekiln; tilekiln.quant.per_token_cast(x, 'e4m3', 128)",
+            "topk_gate": "import tilekiln; tilekiln.moe.topk_gate(s, 8)"}[op]
+    code = prep + call + "; torch.cuda.synchronize(); print(time.perf_counter() - t)"
+    runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                  .stdout.split()[-1]) for _ in range(3)]
+    return statistics.median(runs)
+
+
+def nbytes(*ts):
+    return sum(t.numel() * t.element_size() for t in ts)
+
+
+def main():
+    import tilekiln
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--tokens", type=int, default=16384)
+    args = p.parse_args()
+    T, H = args.tokens, 7168
+    torch.manual_seed(0)
+    records = []
+    ceiling = copy_ceiling_gbs()
+    records.append({"name": "copy_ceiling", "bandwidth_gbs": ceiling})
+
+    def bw_record(name, fn, outputs_fn, inputs, params):
+        t = graph_time_us(fn)
+        moved = nbytes(*inputs, *outputs_fn())
+        gbs = moved / t / 1e3
+        records.append({"name": name, "params": params, "time_us": round(t, 2), "bytes": moved,
+                        "bandwidth_gbs": round(gbs, 1), "pct_of_copy": round(100 * gbs / ceiling, 1)})
+
+    x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
+    for fmt, g, opts in [("e4m3", 128, {}), ("e4m3", 128, {"round_sf": True, "use_packed_ue8m0": True,
+                                                           "use_tma_aligned_col_major_sf": True}),
+                         ("e2m1", 32, {}), ("e2m1", 32, {"use_e4m3_sf": True}),
+                         ("e2m1", 32, {"round_sf": True, "use_packed_ue8m0": True})]:
+        out = tilekiln.quant.per_token_cast(x, fmt, g, **opts)
+        bw_record("per_token_cast", lambda: tilekiln.quant.per_token_cast(x, fmt, g, **opts), lambda: out, (x,),
+                  {"T": T, "H": H, "in": "bf16", "fmt": fmt, "g": g, **opts})
+    x32 = torch.randn(T, H, device="cuda")
+    out = tilekiln.quant.per_token_cast(x32, "e4m3", 128)
+    bw_record("per_token_cast", lambda: tilekiln.quant.per_token_cast(x32, "e4m3", 128), lambda: out, (x32,),
+              {"T": T, "H": H, "in": "fp32", "fmt": "e4m3", "g": 128})
+
+    for e, k in [(256, 8), (384, 8), (128, 8)]:
+        scores = torch.randn(T, e, device="cuda")
+        idx = tilekiln.moe.topk_gate(scores, k)
+        bw_record("topk_gate", lambda: tilekiln.moe.topk_gate(scores, k), lambda: (idx,), (scores,),
+                  {"T": T, "E": e, "K": k})
+
+    xs = torch.randn(128, H, device="cuda", dtype=torch.bfloat16)
+    ss = torch.randn(128, 256, device="cuda")
+    records.append({"name": "host_time_per_call", "params": {"op": "per_token_cast", "T": 128},
+                    "time_us": round(host_time_us(lambda: tilekiln.quant.per_token_cast(xs, "e4m3", 128)), 2)})
+    records.append({"name": "host_time_per_call", "params": {"op": "topk_gate", "T": 128},
+                    "time_us": round(host_time_us(lambda: tilekiln.moe.topk_gate(ss, 8)), 2)})
+    records.append({"name": "host_time_per_call", "params": {"op": "torch.empty_like (floor)", "T": 128},
+                    "time_us": round(host_time_us(lambda: torch.empty_like(xs)), 2)})
+    for op in ("per_token_cast", "topk_gate"):
+        records.append({"name": "first_call_fresh_process", "params": {"op": op}, "time_s": round(first_call_s(op), 4)})
+
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "driver": tilekiln._runtime.driver.get_driver().version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "tilekiln": tilekiln.__version__, "command": " ".join(sys.argv)}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "records": records}, f, indent=1)
+    for r in records:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()

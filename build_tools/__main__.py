@@ -1,0 +1,118 @@
+"""Command line of the AOT compiler. The wheel build (CMakeLists.txt) calls these same steps.
+
+  python -m build_tools plan    --manifest M [--arches sm_90a,sm_100a] --cmake-out plan.cmake
+  python -m build_tools lower   --manifest M --arch sm_90a --gen-dir G --stamp S
+  python -m build_tools package --manifest M --gen-dir G --out-dir O [--arches ...]
+  python -m build_tools build   --manifest M --out-dir O [--arches ...] [-j N]   (no CMake: lower + ninja + package)
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from build_tools import manifest, toolchain
+
+
+def _plan(args):
+    arches, variants = manifest.load(args.manifest)
+    if args.arches:
+        arches = args.arches.split(",")
+    return arches, variants
+
+
+def _cmake_list(items):
+    return ";".join(str(i).replace(";", r"\;") for i in items)
+
+
+def cmd_plan(args):
+    arches, variants = _plan(args)
+    lines = [f"set(TK_ARCH_LIST \"{_cmake_list(arches)}\")",
+             f"set(TK_NVCC \"{toolchain.find_nvcc()}\")",
+             f"set(TK_NVCC_FLAGS \"{_cmake_list(toolchain.NVCC_FLAGS)}\")",
+             f"set(TK_INCLUDE_FLAGS \"{_cmake_list('-I' + d for d in toolchain.tilelang_include_dirs())}\")",
+             f"set(TK_STEMS \"{_cmake_list(v.stem for v in variants)}\")"]
+    Path(args.cmake_out).write_text("\n".join(lines) + "\n")
+    print(f"plan: {len(variants)} variants x {len(arches)} arches = {len(variants) * len(arches)} cubins")
+
+
+def cmd_lower(args):
+    _, variants = _plan(args)
+    failures = manifest_lower(variants, args.arch, args.gen_dir)
+    if failures:
+        sys.exit(f"{len(failures)} variant(s) failed to lower for {args.arch}")
+    if args.stamp:
+        Path(args.stamp).write_text("ok\n")
+
+
+def manifest_lower(variants, arch, gen_dir):
+    from build_tools import lower  # imports tilelang lazily (inside lower_variant)
+    return lower.lower_all(variants, arch, gen_dir)
+
+
+def cmd_package(args):
+    from build_tools import package
+    arches, variants = _plan(args)
+    package.package(args.gen_dir, args.out_dir, {a: [v.stem for v in variants] for a in arches}, args.manifest)
+
+
+def _write_ninja(path, gen_dir, arches, stems):
+    nvcc = toolchain.find_nvcc()
+    incs = " ".join(f"-I{d}" for d in toolchain.tilelang_include_dirs())
+    lines = [f"rule nvcc\n  command = {nvcc} {' '.join(toolchain.NVCC_FLAGS)} -arch=$arch {incs} -o $out $in\n"
+             "  description = nvcc $out\n"]
+    for a in arches:
+        for s in stems:
+            base = Path(gen_dir) / f"{s}.{a}"
+            lines.append(f"build {base}.cubin: nvcc {base}.cu\n  arch = {a}\n")
+    Path(path).write_text("\n".join(lines))
+
+
+def cmd_build(args):
+    """Everything without CMake: one lowering process per arch, then ninja -jN nvcc, then package."""
+    from build_tools import package
+    t0 = time.time()
+    arches, variants = _plan(args)
+    gen = Path(args.gen_dir or Path(args.out_dir).with_name(Path(args.out_dir).name + "-gen"))
+    gen.mkdir(parents=True, exist_ok=True)
+    with ProcessPoolExecutor(max_workers=len(arches)) as pool:
+        results = list(pool.map(manifest_lower, [variants] * len(arches), arches, [str(gen)] * len(arches)))
+    failed = [f for r in results for f in r]
+    if failed:
+        sys.exit(f"{len(failed)} variant(s) failed to lower")
+    t1 = time.time()
+    _write_ninja(gen / "build.ninja", gen, arches, [v.stem for v in variants])
+    ninja = os.environ.get("NINJA", "ninja")
+    subprocess.run([ninja, "-C", str(gen), f"-j{args.jobs or os.cpu_count()}"], check=True)
+    t2 = time.time()
+    package.package(gen, args.out_dir, {a: [v.stem for v in variants] for a in arches}, args.manifest)
+    print(f"build: {len(variants) * len(arches)} cubins; lower {t1 - t0:.1f}s, nvcc {t2 - t1:.1f}s, "
+          f"total {time.time() - t0:.1f}s")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m build_tools", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name, fn in (("plan", cmd_plan), ("lower", cmd_lower), ("package", cmd_package), ("build", cmd_build)):
+        sp = sub.add_parser(name)
+        sp.set_defaults(fn=fn)
+        sp.add_argument("--manifest", default=str(manifest.default_manifest_path()))
+        sp.add_argument("--arches", default=None, help="comma-separated; default: the manifest's [build] arches")
+    sub.choices["plan"].add_argument("--cmake-out", required=True)
+    sub.choices["lower"].add_argument("--arch", required=True, choices=manifest.SUPPORTED_ARCHES)
+    sub.choices["lower"].add_argument("--gen-dir", required=True)
+    sub.choices["lower"].add_argument("--stamp")
+    sub.choices["package"].add_argument("--gen-dir", required=True)
+    sub.choices["package"].add_argument("--out-dir", required=True)
+    sub.choices["build"].add_argument("--out-dir", required=True)
+    sub.choices["build"].add_argument("--gen-dir")
+    sub.choices["build"].add_argument("-j", "--jobs", type=int)
+    args = p.parse_args(argv)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""Lower manifest variants with TileLang (no nvcc, no GPU) into .cu + .json pairs.
+
+Run one process per arch: TileLang caches TIR per argument tuple inside a
+process, and device-property dependent frontends would otherwise leak one
+arch's choices into the other (AOT-NOTES §3 caveats).
+"""
+import json
+import time
+from pathlib import Path
+
+from build_tools import manifest, spec
+
+
+def _write_if_changed(path, text):
+    """Keep mtimes of unchanged outputs so ninja does not rebuild their cubins."""
+    path = Path(path)
+    if path.exists() and path.read_text() == text:
+        return False
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return True
+
+
+def lower_variant(variant, arch):
+    """(cuda_source, spec_dict) of one variant for one arch."""
+    from tilelang import tvm
+    from tilelang.backend.module import create_backend_context
+    from tilelang.engine.lower import lower_with_context
+    from tilelang.transform.pass_config import normalize_pass_configs
+    from tvm.target import Target
+
+    mod = manifest.kernel_module(variant.op)
+    prim = mod.build(variant.as_dict(), arch)
+    target = Target({"kind": "cuda", "arch": arch})
+    # The "cython" context lowers without host codegen and without device compile,
+    # which keeps the host IR (TMA descriptors, argument binding) readable.
+    ctx = create_backend_context(target, None, "cython")
+    cfg = normalize_pass_configs(dict(mod.PASS_CONFIGS))
+    with tvm.transform.PassContext(opt_level=3, config=cfg), target:
+        art = lower_with_context(prim, ctx, enable_host_codegen=False, enable_device_compile=False)
+    launch = spec.extract(prim, art)
+    launch.update({"op": variant.op, "key": variant.key, "variant": variant.as_dict(), "arch": arch})
+    return art.kernel_source, launch
+
+
+def lower_all(variants, arch, out_dir, log=print):
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    failures = []
+    for i, v in enumerate(variants):
+        t0 = time.time()
+        try:
+            src, launch = lower_variant(v, arch)
+        except Exception as e:  # report every failing variant with the spec that produced it
+            failures.append((v, e))
+            log(f"[{arch}] FAILED {v.key}: {type(e).__name__}: {e}")
+            continue
+        _write_if_changed(out_dir / f"{v.stem}.{arch}.cu", src)
+        _write_if_changed(out_dir / f"{v.stem}.{arch}.json", json.dumps(launch, indent=1, sort_keys=True))
+        log(f"[{arch}] {i + 1}/{len(variants)} lowered {v.key} in {time.time() - t0:.2f}s")
+    return failures

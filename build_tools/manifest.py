@@ -1,0 +1,105 @@
+"""Specialization manifest: which compile-time variants of which op to build.
+
+A manifest is TOML. Each ``[[op_name]]`` table maps every compile-time
+parameter of that op to a list of values; the table expands to the cartesian
+product, minus combinations the kernel module rejects. Everything else (sizes,
+strides, most flags) is a runtime argument, so one variant serves many calls.
+
+    [build]
+    arches = ["sm_90a", "sm_100a"]
+
+    [[per_token_cast]]
+    in_dtype = ["bfloat16"]
+    fmt = ["e4m3"]
+    ...
+"""
+import hashlib
+import importlib
+import itertools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+# op name -> kernel module (the only place that knows where kernels live)
+KERNEL_MODULES = {
+    "per_token_cast": "kernels.quant.per_token_cast",
+    "topk_gate": "kernels.moe.topk_gate",
+}
+SUPPORTED_ARCHES = ("sm_90a", "sm_100a")
+
+
+class ManifestError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Variant:
+    op: str
+    params: tuple  # ((name, value), ...) in the kernel module's PARAM_NAMES order
+
+    @property
+    def key(self):
+        return f"{self.op}(" + ",".join(f"{k}={_fmt(v)}" for k, v in self.params) + ")"
+
+    @property
+    def stem(self):
+        """File stem, stable across machines: op name + hash of the key."""
+        return f"{self.op}-{hashlib.sha256(self.key.encode()).hexdigest()[:12]}"
+
+    def as_dict(self):
+        return dict(self.params)
+
+
+def _fmt(v):
+    return str(int(v)) if isinstance(v, bool) else str(v)
+
+
+def kernel_module(op):
+    if op not in KERNEL_MODULES:
+        raise ManifestError(f"unknown op {op!r}; known ops: {sorted(KERNEL_MODULES)}")
+    return importlib.import_module(KERNEL_MODULES[op])
+
+
+def load(path):
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    arches = data.get("build", {}).get("arches", list(SUPPORTED_ARCHES))
+    bad = [a for a in arches if a not in SUPPORTED_ARCHES]
+    if bad:
+        raise ManifestError(f"{path}: unsupported arches {bad}; supported: {list(SUPPORTED_ARCHES)}")
+    variants = []
+    for op, tables in data.items():
+        if op == "build":
+            continue
+        variants.extend(expand(op, tables, source=str(path)))
+    return arches, _dedupe(variants)
+
+
+def expand(op, tables, source="<manifest>"):
+    mod = kernel_module(op)
+    out = []
+    for table in tables:
+        missing = [n for n in mod.PARAM_NAMES if n not in table]
+        extra = [n for n in table if n not in mod.PARAM_NAMES]
+        if missing or extra:
+            raise ManifestError(f"{source}: [[{op}]] must give exactly {list(mod.PARAM_NAMES)}; "
+                                f"missing {missing}, unknown {extra}")
+        lists = [table[n] if isinstance(table[n], list) else [table[n]] for n in mod.PARAM_NAMES]
+        for combo in itertools.product(*lists):
+            params = dict(zip(mod.PARAM_NAMES, combo))
+            if mod.invalid_reason(params) is None:
+                out.append(Variant(op, tuple(params.items())))
+    return out
+
+
+def _dedupe(variants):
+    seen, out = set(), []
+    for v in variants:
+        if v.key not in seen:
+            seen.add(v.key)
+            out.append(v)
+    return out
+
+
+def default_manifest_path():
+    return Path(__file__).resolve().parent.parent / "manifests" / "default.toml"

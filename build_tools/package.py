@@ -1,0 +1,64 @@
+"""Check every cubin against its launch spec and write the kernel store (cubins + index.json)."""
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from build_tools import cubin_check, toolchain
+
+PARAM_BYTES = {"ptr": 8, "tensormap": 128, "int32": 4, "uint32": 4, "float32": 4, "int64": 8, "uint64": 8,
+               "float64": 8}
+# Largest static + dynamic shared memory per block (opt-in), per arch.
+MAX_SHARED_BYTES = {"sm_90a": 232448, "sm_100a": 232448}
+
+
+class PackageError(RuntimeError):
+    pass
+
+
+def _param_sizes(kernel):
+    return [PARAM_BYTES["ptr" if a["kind"] == "ptr" else a["kind"] if a["kind"] == "tensormap" else a["ctype"]]
+            for a in kernel["args"]]
+
+
+def package(gen_dir, out_dir, stems_by_arch, manifest_path, log=print):
+    gen_dir, out_dir = Path(gen_dir), Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    cuobjdump = cubin_check.find_cuobjdump()
+    variants, problems = [], []
+    for arch, stems in sorted(stems_by_arch.items()):
+        for stem in stems:
+            base = str(gen_dir / f"{stem}.{arch}")
+            spec = json.loads(Path(base + ".json").read_text())
+            cubin = Path(base + ".cubin")
+            expected = [{"symbol": k["symbol"], "param_sizes": _param_sizes(k), "dyn_smem_bytes": k["dyn_smem_bytes"],
+                         "max_shared_bytes": MAX_SHARED_BYTES[arch]} for k in spec["kernels"]]
+            found = cubin_check.check_cubin(cubin, arch, expected, cuobjdump=cuobjdump)
+            problems += [f"{spec['key']} [{arch}]: {p}" for p in found]
+            info = cubin_check.inspect_cubin(cubin, cuobjdump=cuobjdump)
+            image = cubin.read_bytes()
+            name = f"{stem}.{arch}.cubin"
+            (out_dir / name).write_bytes(image)
+            variants.append({
+                "op": spec["op"], "key": spec["key"], "variant": spec["variant"], "arch": arch, "cubin": name,
+                "sha256": hashlib.sha256(image).hexdigest(), "bytes": len(image),
+                "spec": {k: spec[k] for k in ("spec_version", "params", "tensormaps", "kernels")},
+                "resources": {sym: {"registers": ki.registers, "stack_bytes": ki.stack_bytes,
+                                    "static_shared_bytes": ki.static_shared_bytes}
+                              for sym, ki in info.kernels.items()},
+            })
+    if problems:
+        raise PackageError("cubin checks failed:\n  " + "\n  ".join(problems))
+    variants.sort(key=lambda v: (v["op"], v["arch"], v["key"]))
+    index = {
+        "format": 1,
+        "arches": sorted(stems_by_arch),
+        "toolchain": {"tilelang": toolchain.tilelang_version(), "nvcc": toolchain.nvcc_version()},
+        "manifest_sha256": hashlib.sha256(Path(manifest_path).read_bytes()).hexdigest(),
+        "variants": variants,
+    }
+    (out_dir / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
+    log(f"packaged {len(variants)} cubins ({sum(v['bytes'] for v in variants) / 1e6:.2f} MB) into {out_dir}")
+    return index

@@ -1,0 +1,67 @@
+"""Where the build finds nvcc and the TileLang headers, and the exact nvcc command.
+
+No system CUDA is required: the pinned ``nvidia-cuda-nvcc`` / ``nvidia-cuda-cccl``
+wheels (build requirements in pyproject.toml) provide nvcc. Search order:
+$TILEKILN_NVCC, the nvidia-cuda-nvcc distribution, $CUDA_HOME/bin/nvcc, PATH.
+"""
+import functools
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+# Release flags: no -lineinfo (2.6x larger cubins and it embeds source paths).
+NVCC_FLAGS = ("--cubin", "-O3", "-std=c++20", "-w", "-Xcudafe", "--diag_suppress=177")
+
+
+def _from_distribution(dist, suffix):
+    try:
+        files = importlib.metadata.files(dist) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if str(f).endswith(suffix):
+            path = Path(f.locate()).resolve()
+            if path.exists():
+                return str(path)
+    return None
+
+
+@functools.cache
+def find_nvcc():
+    candidates = [
+        os.environ.get("TILEKILN_NVCC"),
+        _from_distribution("nvidia-cuda-nvcc", "bin/nvcc"),
+        os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc") if os.environ.get("CUDA_HOME") else None,
+        shutil.which("nvcc"),
+    ]
+    for c in candidates:
+        if c and os.path.exists(c):
+            return c
+    raise FileNotFoundError("nvcc not found: pip install nvidia-cuda-nvcc==13.0.88 nvidia-cuda-cccl==13.0.85, "
+                            "or set TILEKILN_NVCC")
+
+
+@functools.cache
+def nvcc_version(nvcc=None):
+    out = subprocess.run([nvcc or find_nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"release [\d.]+, V([\d.]+)", out)
+    return m.group(1) if m else out.strip().splitlines()[-1]
+
+
+@functools.cache
+def tilelang_include_dirs():
+    """TileLang's device templates and its bundled CUTLASS (imports tilelang: build time only)."""
+    from tilelang.env import CUTLASS_INCLUDE_DIR, TILELANG_TEMPLATE_PATH
+    return [TILELANG_TEMPLATE_PATH, CUTLASS_INCLUDE_DIR]
+
+
+def tilelang_version():
+    return importlib.metadata.version("tilelang")
+
+
+def nvcc_command(cu, cubin, arch, include_dirs=None):
+    incs = [f"-I{d}" for d in (include_dirs or tilelang_include_dirs())]
+    return [find_nvcc(), *NVCC_FLAGS, f"-arch={arch}", *incs, "-o", str(cubin), str(cu)]

@@ -1,0 +1,163 @@
+"""per_token_cast: row-wise block quantization bf16/fp32 -> e4m3 / e2m1 (OPERATORS.md §3.2).
+
+Compile-time (one cubin each): input dtype, output format, channels per scale
+block, scale storage kind, and whether scales are supplied by the caller.
+Runtime (kernel arguments): token count, hidden size, every stride, round_sf
+for fp32 scales, whether to store the data (the sf-only variant) and the amax
+floor. Row-major and TMA-aligned column-major scales differ only in strides,
+so one cubin serves both; packed UE8M0 is addressed as bytes with a
+(row, word, byte) stride triple.
+
+Thread mapping: a warp covers 32*VEC consecutive channels of R rows, VEC being
+one 16-byte load. The lanes of a scale block (g/VEC of them, aligned) reduce
+their amax with xor shuffles; no shared memory, no block barrier.
+"""
+OP = "per_token_cast"
+PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed")
+PASS_CONFIGS = {
+    "tl.disable_tma_lower": True,
+    "tl.disable_warp_specialized": True,
+    # Our own guards cover every access; the automatic ones split the vector loads.
+    "tl.disable_safe_memory_legalize": True,
+}
+
+ROWS_PER_CTA = 4
+WARPS_PER_CTA = 4
+FMT_MAX = {"e4m3": 448.0, "e2m1": 6.0}
+SF_STORAGE = {"fp32": "float32", "e4m3": "float8_e4m3fn", "ue8m0": "uint8"}
+
+
+def invalid_reason(p):
+    """Why a parameter combination cannot be built, or None."""
+    if p["in_dtype"] not in ("bfloat16", "float32"):
+        return "in_dtype must be bfloat16 or float32"
+    if p["fmt"] not in FMT_MAX:
+        return "fmt must be e4m3 or e2m1"
+    if p["num_per_channels"] not in (16, 32, 64, 128):
+        return "num_per_channels must be 16, 32, 64 or 128"
+    if p["sf_kind"] not in SF_STORAGE:
+        return "sf_kind must be fp32, e4m3 or ue8m0"
+    if p["precomputed"] and p["sf_kind"] == "ue8m0":
+        return "precomputed scales are fp32 or e4m3"
+    return None
+
+
+def elems_per_load(in_dtype):
+    return 8 if in_dtype == "bfloat16" else 4
+
+
+def build(p, arch):
+    """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
+    import tilelang.language as T
+
+    from kernels.common.numerics import e2m1_code, pow2, round_sf_exponent
+
+    del arch
+    in_dtype, fmt, g = p["in_dtype"], p["fmt"], p["num_per_channels"]
+    sf_kind, precomputed = p["sf_kind"], bool(p["precomputed"])
+    vec = elems_per_load(in_dtype)
+    lanes_per_block = g // vec
+    shuffle_steps = lanes_per_block.bit_length() - 1  # log2
+    seg = 32 * vec
+    rows = ROWS_PER_CTA
+    fmt_max = FMT_MAX[fmt]
+    # e4m3 is stored element-wise; e2m1 as one packed word per thread (vec nibbles).
+    out_storage = "float8_e4m3fn" if fmt == "e4m3" else ("uint32" if vec == 8 else "uint16")
+    sf_storage = SF_STORAGE[sf_kind]
+    x_numel, out_numel, sf_numel = T.dynamic("x_numel, out_numel, sf_numel")
+
+    @T.prim_func
+    def per_token_cast(
+        x: T.Tensor((x_numel,), in_dtype),
+        out: T.Tensor((out_numel,), out_storage),
+        sf: T.Tensor((sf_numel,), sf_storage),
+        num_tokens: T.int32,
+        hidden_div64: T.int32,
+        x_stride_vec: T.int32,  # row stride of x in units of vec elements
+        out_stride_unit: T.int32,  # e4m3: in units of vec bytes; e2m1: in packed words
+        sf_stride_t: T.int32,  # scale strides in sf elements (bytes for ue8m0)
+        sf_stride_k: T.int32,  # ue8m0: stride of one int32 word of 4 scales
+        round_sf: T.int32,
+        write_data: T.int32,
+        clamp_min: T.float32,
+    ):
+        with T.Kernel(T.ceildiv(num_tokens, rows), T.ceildiv(hidden_div64 * 64, seg * WARPS_PER_CTA),
+                      threads=32 * WARPS_PER_CTA) as (bx, by):
+            tx = T.get_thread_binding()
+            lane = tx % 32
+            col = (by * WARPS_PER_CTA + tx // 32) * seg + lane * vec
+            col_ok = col < hidden_div64 * 64
+            kb = col // g
+            v = T.alloc_local((rows, vec), "float32")
+            xl = T.alloc_local((vec,), in_dtype)
+            amax = T.alloc_local((rows,), "float32")
+            sf_inv = T.alloc_local((rows,), "float32")
+            ql = T.alloc_local((vec,), "float8_e4m3fn")
+            word = T.alloc_var("uint32")
+
+            T.pdl_sync()
+            for r in T.unroll(rows):
+                row = bx * rows + r
+                if row < num_tokens and col_ok:
+                    for i in T.vectorized(vec):
+                        xl[i] = x[T.Cast("int64", row) * x_stride_vec * vec + col + i]
+                    for i in T.unroll(vec):
+                        v[r, i] = T.Cast("float32", xl[i])
+                else:
+                    for i in T.unroll(vec):
+                        v[r, i] = T.float32(0)
+
+            for r in T.unroll(rows):
+                row = bx * rows + r
+                sf_idx = T.Cast("int64", row) * sf_stride_t + kb * sf_stride_k
+                if precomputed:
+                    sf_inv[r] = T.float32(1)
+                    if row < num_tokens and col_ok:
+                        sf_inv[r] = T.float32(1) / T.Cast("float32", sf[sf_idx])
+                else:
+                    amax[r] = T.float32(0)
+                    for i in T.unroll(vec):
+                        amax[r] = T.max(amax[r], T.abs(v[r, i]))
+                    for s in T.unroll(shuffle_steps):
+                        amax[r] = T.max(amax[r], T.shfl_xor(amax[r], T.shift_right(lanes_per_block // 2, s)))
+                    amax[r] = T.max(amax[r], clamp_min)
+                    leader = row < num_tokens and col_ok and lane % lanes_per_block == 0
+                    if sf_kind == "fp32":
+                        if round_sf != 0:
+                            e = round_sf_exponent(amax[r], fmt_max)
+                            sf_inv[r] = pow2(-e)
+                            if leader:
+                                sf[sf_idx] = pow2(e)
+                        else:
+                            sf_inv[r] = T.float32(fmt_max) / amax[r]
+                            if leader:
+                                sf[sf_idx] = amax[r] / T.float32(fmt_max)
+                    elif sf_kind == "e4m3":
+                        sf_q = T.Cast("float8_e4m3fn", amax[r] / T.float32(fmt_max))
+                        sf_inv[r] = T.float32(1) / T.Cast("float32", sf_q)
+                        if leader:
+                            sf[sf_idx] = sf_q
+                    else:
+                        e = round_sf_exponent(amax[r], fmt_max)
+                        sf_inv[r] = pow2(-e)
+                        if leader:
+                            sf[T.Cast("int64", row) * sf_stride_t + (kb // 4) * sf_stride_k + kb % 4] = \
+                                T.Cast("uint8", e + 127)
+
+            if write_data != 0:
+                for r in T.unroll(rows):
+                    row = bx * rows + r
+                    if row < num_tokens and col_ok:
+                        if fmt == "e4m3":
+                            for i in T.unroll(vec):
+                                ql[i] = T.Cast("float8_e4m3fn", v[r, i] * sf_inv[r])
+                            for i in T.vectorized(vec):
+                                out[T.Cast("int64", row) * out_stride_unit * vec + col + i] = ql[i]
+                        else:
+                            word = T.uint32(0)
+                            for i in T.unroll(vec):
+                                word = T.bitwise_or(word, T.shift_left(e2m1_code(v[r, i] * sf_inv[r]), T.uint32(4 * i)))
+                            out[T.Cast("int64", row) * out_stride_unit + col // vec] = T.Cast(out_storage, word)
+            T.pdl_trigger()
+
+    return per_token_cast

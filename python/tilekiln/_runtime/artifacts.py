@@ -1,0 +1,117 @@
+"""The installed kernel store: ``tilekiln/_kernels/index.json`` plus one cubin per variant and arch.
+
+Nothing is written at run time, so read-only installs work. The index is
+read once, on the first kernel lookup (not at import).
+"""
+import json
+import os
+import threading
+from pathlib import Path
+
+from tilekiln._runtime import driver as drv
+from tilekiln._runtime.launcher import CompiledKernel
+
+# compute capability -> the arch token our cubins are built for
+ARCH_OF_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
+_DEFAULT_DIR = Path(__file__).resolve().parent.parent / "_kernels"
+
+
+class MissingSpecializationError(ValueError):
+    """No precompiled variant matches the call."""
+
+
+class UnsupportedDeviceError(RuntimeError):
+    pass
+
+
+def _fmt_params(names, values):
+    return ", ".join(f"{n}={v!r}" for n, v in zip(names, values))
+
+
+class KernelStore:
+    def __init__(self, directory=None):
+        self.directory = Path(directory or os.environ.get("TILEKILN_KERNEL_DIR") or _DEFAULT_DIR)
+        self._index = None
+        self._by_key = {}
+        self._kernels = {}
+        self._lock = threading.Lock()
+        self._device_arch = {}
+
+    @property
+    def index(self):
+        if self._index is None:
+            with self._lock:
+                if self._index is None:
+                    path = self.directory / "index.json"
+                    if not path.exists():
+                        raise MissingSpecializationError(
+                            f"no kernel index at {path}: this tilekiln installation has no compiled kernels. "
+                            "Install a wheel from the release, or build one with `pip wheel .` (see README)")
+                    with open(path) as f:
+                        index = json.load(f)
+                    for e in index["variants"]:
+                        self._by_key[(e["op"], e["arch"], frozenset(e["variant"].items()))] = e
+                    self._index = index
+        return self._index
+
+    def arches(self):
+        return list(self.index["arches"])
+
+    def variants(self, op=None, arch=None):
+        return [e for e in self.index["variants"] if (op is None or e["op"] == op) and (arch is None or e["arch"] == arch)]
+
+    def device_arch(self, device_index):
+        arch = self._device_arch.get(device_index)
+        if arch is None:
+            d = drv.get_driver()
+            ctx_dev = device_index
+            cc = (d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx_dev),
+                  d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx_dev))
+            arch = ARCH_OF_CAPABILITY.get(cc)
+            if arch is None or arch not in self.arches():
+                raise UnsupportedDeviceError(
+                    f"GPU {device_index} has compute capability {cc[0]}.{cc[1]}; this tilekiln build has kernels for "
+                    f"{self.arches()} (sm_90a = H100/H200, sm_100a = B200)")
+            self._device_arch[device_index] = arch
+        return arch
+
+    def kernel(self, op, param_names, values, device_index):
+        """The CompiledKernel for (op, compile-time values) on a device, or a clear error."""
+        arch = self.device_arch(device_index)
+        key = (op, arch, tuple(values))
+        k = self._kernels.get(key)
+        if k is not None:
+            return k
+        _ = self.index
+        entry = self._by_key.get((op, arch, frozenset(zip(param_names, values))))
+        if entry is None:
+            raise self.missing(op, arch, param_names, values)
+        with self._lock:
+            k = self._kernels.get(key)
+            if k is None:
+                k = CompiledKernel(entry, self.directory / entry["cubin"])
+                self._kernels[key] = k
+        return k
+
+    def missing(self, op, arch, param_names, values):
+        built = [tuple(e["variant"][n] for n in param_names) for e in self.variants(op, arch)]
+        listing = "\n  ".join(_fmt_params(param_names, b) for b in sorted(built, key=str)[:40]) or "(none)"
+        more = f"\n  ... and {len(built) - 40} more" if len(built) > 40 else ""
+        table = "\n".join(f"{n} = [{v!r}]".replace("'", '"').replace("True", "true").replace("False", "false")
+                          for n, v in zip(param_names, values))
+        return MissingSpecializationError(
+            f"no precompiled {op} kernel for {_fmt_params(param_names, values)} on {arch}.\n"
+            f"Built {op} variants for {arch}:\n  {listing}{more}\n"
+            f"To build it, add to a manifest (e.g. a copy of manifests/default.toml):\n[[{op}]]\n{table}\n"
+            f"then build a wheel from the source tree: "
+            f"pip wheel . -Ccmake.define.TILEKILN_MANIFEST=/path/to/manifest.toml")
+
+
+_store = None
+
+
+def store():
+    global _store
+    if _store is None:
+        _store = KernelStore()
+    return _store

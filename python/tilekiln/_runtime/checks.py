@@ -1,0 +1,41 @@
+"""Argument validation shared by the ops: every failure names the argument and what is allowed."""
+import torch
+
+DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
+def tensor(name, t, dtypes, ndim=None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        allowed = ", ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name} has dtype {t.dtype}; allowed: {allowed}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+
+
+def cuda(name, t):
+    """Checked after shapes and options, so those errors are testable without a GPU."""
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} is on {t.device}; TileKiln kernels need a CUDA tensor")
+
+
+def same_device(name, t, ref_name, ref):
+    if t.device != ref.device:
+        raise ValueError(f"{name} is on {t.device} but {ref_name} is on {ref.device}; they must share a device")
+
+
+def aligned(name, t, byte_alignment):
+    if t.data_ptr() % byte_alignment:
+        raise ValueError(f"{name} must start at a {byte_alignment}-byte aligned address (a fresh or "
+                         f"suitably sliced tensor); got offset {t.data_ptr() % byte_alignment}")
+
+
+def choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
+
+
+def flag(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")

@@ -1,0 +1,195 @@
+"""Load a cubin per device and launch its kernels from a launch spec.
+
+Hot path per call: evaluate the grid (one compiled lambda), pack the arguments
+into a per-thread buffer with one ``struct.pack_into``, pack the launch config
+with another, one ctypes call to ``cuLaunchKernelEx``. Everything else (module
+load, function lookup, max-dynamic-smem attribute, attribute arrays, struct
+layouts) happens once per (kernel, device).
+"""
+import ctypes
+import hashlib
+import struct
+import threading
+
+from tilekiln._runtime import driver as drv
+from tilekiln._runtime.expr import compile_tuple
+
+# device-argument kinds -> (struct code, size, alignment)
+_SCALAR_LAYOUT = {
+    "ptr": ("Q", 8, 8), "int32": ("i", 4, 4), "uint32": ("I", 4, 4), "int64": ("q", 8, 8),
+    "uint64": ("Q", 8, 8), "float32": ("f", 4, 4), "float64": ("d", 8, 8),
+}
+_TENSORMAP_BYTES, _TENSORMAP_ALIGN = 128, 64
+_CONFIG = struct.Struct("<7I4xQQI4x")  # CUlaunchConfig
+_ATTR_BYTES = 72  # CUlaunchAttribute: id, pad, 64-byte value union
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def _aligned_buffer(size, align=64):
+    raw = (ctypes.c_ubyte * (size + align))()
+    addr = ctypes.addressof(raw)
+    return raw, addr + (-addr) % align
+
+
+class _ArgLayout:
+    """Byte layout of one kernel's parameter buffer, in device order."""
+
+    def __init__(self, args):
+        fmt, offset, self.offsets, self.sources, self.tensormap_slots = ["<"], 0, [], [], []
+        for a in args:
+            if a["kind"] == "tensormap":
+                code, size, align = None, _TENSORMAP_BYTES, _TENSORMAP_ALIGN
+            else:
+                code, size, align = _SCALAR_LAYOUT["ptr" if a["kind"] == "ptr" else a["ctype"]]
+            pad = (-offset) % align
+            fmt.append("x" * pad)
+            offset += pad
+            self.offsets.append(offset)
+            if code is None:
+                fmt.append(f"{size}x")  # filled by cuTensorMapEncodeTiled in place
+                self.tensormap_slots.append((offset, a["desc"]))
+            else:
+                fmt.append(code)
+                self.sources.append(a["param"])
+            offset += size
+        self.size = max(offset, 8)
+        self.struct = struct.Struct("".join(fmt))
+
+
+class _ThreadState:
+    """Per-thread buffers: params, kernelParams pointer array, config, attrs."""
+
+    def __init__(self, layout, attr_sets):
+        self.params_raw, self.params = _aligned_buffer(layout.size)
+        self.params_view = (ctypes.c_ubyte * layout.size).from_address(self.params)
+        self.ptrs = (ctypes.c_void_p * max(len(layout.offsets), 1))(*[self.params + o for o in layout.offsets])
+        self.config_raw, self.config = _aligned_buffer(_CONFIG.size, 8)
+        self.config_view = (ctypes.c_ubyte * _CONFIG.size).from_address(self.config)
+        self.attrs = {}
+        for key, attrs in attr_sets.items():
+            buf = (ctypes.c_ubyte * max(_ATTR_BYTES * len(attrs), 1))()
+            for i, (attr_id, value) in enumerate(attrs):
+                struct.pack_into("<I4x", buf, i * _ATTR_BYTES, attr_id)
+                struct.pack_into(f"<{len(value)}I", buf, i * _ATTR_BYTES + 8, *value)
+            self.attrs[key] = (buf, ctypes.addressof(buf), len(attrs))
+
+
+class DeviceKernel:
+    """One __global__ of a loaded module on one device."""
+
+    def __init__(self, kspec, function, param_names):
+        self.symbol = kspec["symbol"]
+        self.function = function
+        self.layout = _ArgLayout(kspec["args"])
+        self.grid = compile_tuple(kspec["grid"], param_names)
+        self.block = tuple(kspec["block"])
+        self.smem = kspec["dyn_smem_bytes"]
+        base = []
+        if kspec.get("cluster_dims"):
+            base.append((drv.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, tuple(kspec["cluster_dims"])))
+        if kspec.get("cooperative"):
+            base.append((drv.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, (1,)))
+        pdl = [(drv.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if kspec.get("pdl") else []
+        self.attr_sets = {False: base, True: base + pdl}
+        self.tls = threading.local()
+
+    def state(self):
+        try:
+            return self.tls.s
+        except AttributeError:
+            self.tls.s = _ThreadState(self.layout, self.attr_sets)
+            return self.tls.s
+
+
+class CompiledKernel:
+    """A cubin + spec; modules load lazily per device, under a lock, once."""
+
+    def __init__(self, entry, cubin_path):
+        self.entry = entry
+        self.spec = entry["spec"]
+        self.cubin_path = cubin_path
+        self.param_names = [p["name"] for p in self.spec["params"]]
+        self._devices = {}
+        self._lock = threading.Lock()
+        if self.spec.get("tensormaps"):
+            raise LaunchError(f"{entry['key']}: TMA descriptors need tensor arguments; "
+                              "this loader build launches pointer/scalar kernels only")
+
+    def _read_cubin(self):
+        with open(self.cubin_path, "rb") as f:
+            image = f.read()
+        digest = hashlib.sha256(image).hexdigest()
+        if digest != self.entry["sha256"]:
+            raise LaunchError(f"{self.cubin_path}: sha256 {digest} does not match the index "
+                              f"({self.entry['sha256']}); the installation is corrupt, reinstall tilekiln")
+        return image
+
+    def load(self, device_index):
+        """Load the module into the device's primary context (idempotent)."""
+        kernels = self._devices.get(device_index)
+        if kernels is not None:
+            return kernels
+        with self._lock:
+            kernels = self._devices.get(device_index)
+            if kernels is None:
+                kernels = self._load_locked(device_index)
+                self._devices[device_index] = kernels
+        return kernels
+
+    def _load_locked(self, device_index):
+        d = drv.get_driver()
+        image = self._read_cubin()
+        ctx = d.primary_context(device_index)
+        pushed = d.current_context() != ctx
+        if pushed:
+            d.check(d.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+        try:
+            module = ctypes.c_void_p()
+            d.check(d.cuModuleLoadData(ctypes.byref(module), image), f"loading {self.cubin_path}")
+            self._module = module  # keep alive
+            out = []
+            for k in self.spec["kernels"]:
+                fn = ctypes.c_void_p()
+                d.check(d.cuModuleGetFunction(ctypes.byref(fn), module, k["symbol"].encode()),
+                        f"cuModuleGetFunction({k['symbol']})")
+                if k["dyn_smem_bytes"]:
+                    d.check(d.cuFuncSetAttribute(fn, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                 k["dyn_smem_bytes"]), "setting max dynamic shared memory")
+                cluster = k.get("cluster_dims") or [1]
+                if cluster[0] * (cluster[1] if len(cluster) > 1 else 1) * (cluster[2] if len(cluster) > 2 else 1) > 8:
+                    d.check(d.cuFuncSetAttribute(fn, drv.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                            "allowing a non-portable cluster size")
+                out.append(DeviceKernel(k, fn.value, self.param_names))
+        finally:
+            if pushed:
+                d.check(d.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
+        return (ctx, out)
+
+    def launch(self, device_index, stream, args, pdl=False):
+        """Launch every kernel of the module; ``args`` are in PrimFunc parameter order
+        (data pointers as ints)."""
+        ctx, kernels = self.load(device_index)
+        d = drv.get_driver()
+        for k in kernels:
+            grid = k.grid(args)
+            if grid[0] <= 0 or grid[1] <= 0 or grid[2] <= 0:
+                continue
+            st = k.state()
+            lay = k.layout
+            lay.struct.pack_into(st.params_view, 0, *[args[i] for i in lay.sources])
+            _, attrs_addr, nattrs = st.attrs[pdl]
+            _CONFIG.pack_into(st.config_view, 0, grid[0], grid[1], grid[2], *k.block, k.smem, stream,
+                              attrs_addr, nattrs)
+            rc = d.cuLaunchKernelEx(st.config, k.function, st.ptrs, None)
+            if rc == drv.CUDA_ERROR_INVALID_CONTEXT or (rc != 0 and d.current_context() != ctx):
+                # This thread has no (or another device's) current context: launch inside ours.
+                d.check(d.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+                try:
+                    rc = d.cuLaunchKernelEx(st.config, k.function, st.ptrs, None)
+                finally:
+                    d.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+            if rc != 0:
+                raise LaunchError(f"launching {k.symbol} grid={grid} block={k.block}: {d.error_text(rc)}")

@@ -1,0 +1,96 @@
+"""topk_gate (tile_kernels 2.1 signature) and the non-finite-score error channel.
+
+The peer device-asserts on non-finite scores, which kills the CUDA context.
+Our kernel instead writes the row's indices as -1 and records the token in a
+per-device word of host-mapped pinned memory. Reading it needs no
+synchronization, so the error is raised by the next TileKiln routing call on
+that device, or at once by ``check_errors()`` (which synchronizes), or right
+after the launch when ``TILEKILN_SYNC_CHECKS=1`` / ``set_sync_checks(True)``.
+"""
+import ctypes
+import os
+import threading
+
+import torch
+
+from tilekiln._runtime import checks, launch
+
+OP = "topk_gate"
+PARAM_NAMES = ("experts_per_lane", "vector_loads")
+MAX_EXPERTS = 512
+MAX_TOPK = 32
+
+
+class NonFiniteScoresError(FloatingPointError):
+    """A routing kernel saw NaN or +-inf scores; its outputs for those rows are -1."""
+
+
+_flags = {}
+_flags_lock = threading.Lock()
+_sync_checks = [os.environ.get("TILEKILN_SYNC_CHECKS", "0") == "1"]
+
+
+def set_sync_checks(enabled: bool) -> None:
+    """Synchronize after each checking kernel and raise at once (debugging; not capturable)."""
+    checks.flag("enabled", enabled)
+    _sync_checks[0] = enabled
+
+
+def _flag(device_index):
+    """(pinned int32[2] tensor, ctypes view) for a device: [0] = error set, [1] = token."""
+    f = _flags.get(device_index)
+    if f is None:
+        with _flags_lock:
+            f = _flags.get(device_index)
+            if f is None:
+                with torch.cuda.device(device_index):
+                    t = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+                f = (t, (ctypes.c_int32 * 2).from_address(t.data_ptr()))
+                _flags[device_index] = f
+    return f
+
+
+def _raise_pending(device_index):
+    words = _flag(device_index)[1]
+    if words[0]:
+        token = words[1]
+        words[0] = 0
+        raise NonFiniteScoresError(
+            f"topk_gate on cuda:{device_index} found non-finite (NaN or inf) scores (e.g. token {token}); the "
+            "indices of those rows were written as -1. Raised at the first TileKiln routing call or "
+            "check_errors() after that kernel finished.")
+
+
+def check_errors(device=None):
+    """Synchronize ``device`` and raise any error a TileKiln kernel recorded there."""
+    index = torch.cuda.current_device() if device is None else torch.device(device).index
+    torch.cuda.synchronize(index)
+    _raise_pending(index)
+
+
+def topk_gate(scores, num_topk):
+    """Indices [T, K] int64 of the K largest scores per row; ties go to the smaller expert index."""
+    checks.tensor("scores", scores, (torch.float32,), ndim=2)
+    t, e = scores.shape
+    if not scores.is_contiguous():
+        raise ValueError(f"scores must be contiguous, got strides {tuple(scores.stride())}")
+    if not 1 <= e <= MAX_EXPERTS:
+        raise ValueError(f"scores.shape[1] (experts) must be in 1..{MAX_EXPERTS}, got {e}")
+    if isinstance(num_topk, bool) or not isinstance(num_topk, int) or not 1 <= num_topk <= min(e, MAX_TOPK):
+        raise ValueError(f"num_topk must be an int in 1..min(experts, {MAX_TOPK}) = 1..{min(e, MAX_TOPK)}, "
+                         f"got {num_topk!r}")
+    checks.cuda("scores", scores)
+    idx = torch.empty((t, num_topk), dtype=torch.int64, device=scores.device)
+    if t == 0:
+        return idx
+    dev = scores.device.index
+    _raise_pending(dev)
+    epl = -(-e // 32)
+    vec = epl % 4 == 0 and e % 4 == 0 and scores.data_ptr() % 16 == 0
+    flag = _flag(dev)[0]
+    launch(OP, PARAM_NAMES, (epl, vec), scores.device,
+           (scores.data_ptr(), idx.data_ptr(), flag.data_ptr(), t, e, e // 4, num_topk))
+    if _sync_checks[0] and not torch.cuda.is_current_stream_capturing():
+        torch.cuda.current_stream(dev).synchronize()
+        _raise_pending(dev)
+    return idx

@@ -1,0 +1,54 @@
+"""Quantization operators (tile_kernels.quant compatible)."""
+import torch
+
+from tilekiln.quant import _per_token
+from tilekiln.quant._per_token import (  # noqa: F401
+    per_token_cast_with_precomputed_sf,
+    per_token_cast_with_sf_only,
+)
+from tilekiln.torch.quant import unpack_from_e2m1fn_x2  # noqa: F401  (host helper, no kernel)
+
+__all__ = ["per_token_cast", "per_token_cast_with_sf_only", "per_token_cast_with_precomputed_sf",
+           "unpack_from_e2m1fn_x2"]
+
+
+@torch.library.custom_op("tilekiln::per_token_cast", mutates_args=(), device_types="cuda")
+def _per_token_cast_op(x: torch.Tensor, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf: bool,
+                       round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _per_token.per_token_cast(x, fmt, num_per_channels, None, use_tma_aligned_col_major_sf, round_sf,
+                                     use_packed_ue8m0, use_e4m3_sf)
+
+
+@_per_token_cast_op.register_fake
+def _(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, use_e4m3_sf):
+    _per_token._check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf,
+                              use_tma_aligned_col_major_sf)
+    t, h = x.shape
+    q = x.new_empty((t, h) if fmt == "e4m3" else (t, h // 2),
+                    dtype=torch.float8_e4m3fn if fmt == "e4m3" else torch.int8)
+    kind = _per_token._sf_kind(use_e4m3_sf, use_packed_ue8m0)
+    k = -(-h // num_per_channels)
+    if kind == "ue8m0":
+        k = -(-k // 4)
+    dtype = _per_token._SF_DTYPE[kind]
+    if use_tma_aligned_col_major_sf:
+        per16 = 16 // dtype.itemsize
+        a = max(-(-t // per16) * per16, 1)
+        sf = x.new_empty((k, a), dtype=dtype).t()[:t]
+    else:
+        sf = x.new_empty((t, k), dtype=dtype)
+    return q, sf
+
+
+def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_col_major_sf=False,
+                   round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
+    """Row-wise block quantization to e4m3 / e2m1 with fp32, E4M3 or packed UE8M0 scales.
+
+    Same signature, semantics and outputs as tile_kernels 2.1 ``quant.per_token_cast``.
+    Under ``torch.compile`` the call goes through the registered op ``tilekiln::per_token_cast``.
+    """
+    if torch.compiler.is_compiling() and out is None and x_block_size is None and not stochastic_cast:
+        return torch.ops.tilekiln.per_token_cast(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf,
+                                                 use_packed_ue8m0, use_e4m3_sf)
+    return _per_token.per_token_cast(x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf, round_sf,
+                                     use_packed_ue8m0, use_e4m3_sf, stochastic_cast, out)

@@ -1,0 +1,191 @@
+"""per_token_cast and its sf-only / precomputed-sf variants (tile_kernels 2.1 signatures).
+
+Output layouts follow OPERATORS.md §2.1: e4m3 data [T, H] or packed e2m1 int8
+[T, H/2]; scales fp32 / e4m3 [T, ceil(H/g)] or UE8M0 packed four per int32,
+optionally TMA-aligned column-major (logical shape, strides (1, A)).
+"""
+import torch
+
+from tilekiln import config
+from tilekiln._runtime import checks, launch
+
+OP = "per_token_cast"
+PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed")
+FORMATS = ("e4m3", "e2m1")
+CHANNEL_BLOCKS = (16, 32, 64, 128)
+_IN_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf):
+    checks.choice("fmt", fmt, FORMATS)
+    checks.choice("num_per_channels", num_per_channels, CHANNEL_BLOCKS)
+    for n, v in (("round_sf", round_sf), ("use_packed_ue8m0", use_packed_ue8m0), ("use_e4m3_sf", use_e4m3_sf),
+                 ("use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf)):
+        checks.flag(n, v)
+    if round_sf and use_e4m3_sf:
+        raise ValueError("round_sf and use_e4m3_sf cannot both be set (power-of-two vs E4M3 scales)")
+    if use_packed_ue8m0 and not round_sf:
+        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+
+
+def _check_x(x):
+    if isinstance(x, tuple):
+        raise NotImplementedError(
+            "per_token_cast of pre-quantized input ((data, sf) with x_block_size) is not built into this "
+            "TileKiln release; pass bf16 or fp32 x (see tilekiln.torch.cast for the reference)")
+    checks.tensor("x", x, _IN_DTYPES, ndim=2)
+    t, h = x.shape
+    if h % 64 or h == 0:
+        raise ValueError(f"x.shape[1] (hidden) must be a positive multiple of 64, got {h}")
+    vec = 8 if x.dtype == torch.bfloat16 else 4
+    if x.stride(1) != 1 or (t > 1 and x.stride(0) % vec):
+        raise ValueError(f"x must have inner stride 1 and a row stride that is a multiple of {vec} elements "
+                         f"(16 bytes); got strides {tuple(x.stride())}")
+    checks.aligned("x", x, 16)
+    return vec
+
+
+def _sf_storage(t, k_blocks, sf_dtype, col_major, device, packed):
+    """(returned sf tensor, strides passed to the kernel in sf elements or bytes)."""
+    k = _ceil_div(k_blocks, 4) if packed else k_blocks
+    needs_zero = packed and k_blocks % 4  # keep unused packed bytes deterministic (0, like the reference)
+    alloc = torch.zeros if needs_zero else torch.empty
+    if col_major:
+        per_16_bytes = 16 // sf_dtype.itemsize  # TMA wants the token dimension 16-byte aligned
+        a = _ceil_div(t, per_16_bytes) * per_16_bytes
+        buf = alloc((k, max(a, 1)), dtype=sf_dtype, device=device)
+        sf = buf.t()[:t]
+    else:
+        sf = alloc((t, k), dtype=sf_dtype, device=device)
+    return sf
+
+
+def _sf_strides(sf, packed):
+    s0, s1 = sf.stride()
+    return (4 * s0, 4 * s1) if packed else (s0, s1)
+
+
+def _sf_kind(use_e4m3_sf, use_packed_ue8m0):
+    return "e4m3" if use_e4m3_sf else ("ue8m0" if use_packed_ue8m0 else "fp32")
+
+
+_SF_DTYPE = {"fp32": torch.float32, "e4m3": torch.float8_e4m3fn, "ue8m0": torch.int32}
+
+
+def _alloc_q(x, fmt):
+    t, h = x.shape
+    if fmt == "e4m3":
+        return torch.empty((t, h), dtype=torch.float8_e4m3fn, device=x.device)
+    return torch.empty((t, h // 2), dtype=torch.int8, device=x.device)
+
+
+def _check_q(q, x, fmt, vec):
+    t, h = x.shape
+    dtype, width = (torch.float8_e4m3fn, h) if fmt == "e4m3" else (torch.int8, h // 2)
+    checks.tensor("out[0]", q, (dtype,), ndim=2)
+    checks.same_device("out[0]", q, "x", x)
+    unit = vec if fmt == "e4m3" else vec // 2
+    if tuple(q.shape) != (t, width) or q.stride(1) != 1 or (t > 1 and q.stride(0) % unit):
+        raise ValueError(f"out[0] must be {dtype} of shape {(t, width)}, inner stride 1 and a row stride that is a "
+                         f"multiple of {unit}; got shape {tuple(q.shape)}, strides {tuple(q.stride())}")
+    checks.aligned("out[0]", q, unit)
+
+
+def _check_sf_out(sf, x, g, kind, name):
+    t, h = x.shape
+    k = _ceil_div(h, g)
+    if kind == "ue8m0":
+        k = _ceil_div(k, 4)
+    checks.tensor(name, sf, (_SF_DTYPE[kind],), ndim=2)
+    checks.same_device(name, sf, "x", x)
+    if tuple(sf.shape) != (t, k) or (k > 1 and sf.stride(1) != 1):
+        raise ValueError(f"{name} must be a row-major {_SF_DTYPE[kind]} tensor of shape {(t, k)}; got shape "
+                         f"{tuple(sf.shape)}, strides {tuple(sf.stride())}")
+
+
+def _run(x, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, vec):
+    t, h = x.shape
+    if t == 0:
+        return
+    unit = vec if fmt == "e4m3" else vec // 2
+    sf_t, sf_k = _sf_strides(sf, kind == "ue8m0")
+    values = (x.dtype == torch.bfloat16 and "bfloat16" or "float32", fmt, g, kind, precomputed)
+    args = (x.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), t, h // 64, x.stride(0) // vec,
+            (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf), int(write_data), clamp)
+    launch(OP, PARAM_NAMES, values, x.device, args)
+
+
+def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_col_major_sf=False,
+                   round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
+    """Quantize each row in blocks of ``num_per_channels`` channels; returns (data, sf)."""
+    if x_block_size is not None and not isinstance(x, tuple):
+        raise ValueError("x_block_size is only meaningful for pre-quantized input x = (data, sf)")
+    vec = _check_x(x)
+    _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf)
+    checks.flag("stochastic_cast", stochastic_cast)
+    if stochastic_cast:
+        raise NotImplementedError("stochastic_cast needs the sm_100 cvt.rs instruction and is not built into this "
+                                  "TileKiln release; use tilekiln.torch.cast semantics or stochastic_cast=False")
+    kind = _sf_kind(use_e4m3_sf, use_packed_ue8m0)
+    t, h = x.shape
+    checks.cuda("x", x)
+    if out is not None:
+        if use_tma_aligned_col_major_sf:
+            raise ValueError("out= takes row-major scales only; use_tma_aligned_col_major_sf must be False with out")
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError("out must be a (data, sf) tuple of preallocated tensors")
+        q, sf = out
+        _check_q(q, x, fmt, vec)
+        _check_sf_out(sf, x, num_per_channels, kind, "out[1]")
+    else:
+        q = _alloc_q(x, fmt)
+        sf = _sf_storage(t, _ceil_div(h, num_per_channels), _SF_DTYPE[kind], use_tma_aligned_col_major_sf,
+                         x.device, kind == "ue8m0")
+    clamp = config.get_amax_clamp_for_quant(fmt, use_e4m3_sf)
+    _run(x, q, sf, fmt, num_per_channels, kind, False, round_sf, True, clamp, vec)
+    return q, sf
+
+
+def per_token_cast_with_sf_only(x, fmt, num_per_channels, use_tma_aligned_col_major_sf=False, round_sf=False,
+                                use_packed_ue8m0=False, use_e4m3_sf=False, out_sf=None):
+    """Only the scales of per_token_cast (same values and layouts)."""
+    vec = _check_x(x)
+    _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf)
+    kind = _sf_kind(use_e4m3_sf, use_packed_ue8m0)
+    t, h = x.shape
+    checks.cuda("x", x)
+    if out_sf is not None:
+        if use_tma_aligned_col_major_sf:
+            raise ValueError("out_sf takes row-major scales only; use_tma_aligned_col_major_sf must be False")
+        _check_sf_out(out_sf, x, num_per_channels, kind, "out_sf")
+        sf = out_sf
+    else:
+        sf = _sf_storage(t, _ceil_div(h, num_per_channels), _SF_DTYPE[kind], use_tma_aligned_col_major_sf,
+                         x.device, kind == "ue8m0")
+    _run(x, None, sf, fmt, num_per_channels, kind, False, round_sf, False,
+         config.get_amax_clamp_for_quant(fmt, use_e4m3_sf), vec)
+    return sf
+
+
+def per_token_cast_with_precomputed_sf(x, fmt, num_per_channels, sf, use_tma_aligned_col_major_sf=False,
+                                       round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out=None):
+    """Quantize with caller-supplied row-major fp32/e4m3 scales (multiplier 1/sf); returns the data."""
+    vec = _check_x(x)
+    _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf)
+    if use_packed_ue8m0 or use_tma_aligned_col_major_sf:
+        raise ValueError("precomputed sf must be row-major fp32 or e4m3: use_packed_ue8m0 and "
+                         "use_tma_aligned_col_major_sf must be False")
+    kind = "e4m3" if use_e4m3_sf else "fp32"
+    _check_sf_out(sf, x, num_per_channels, kind, "sf")
+    checks.cuda("x", x)
+    if out is not None:
+        _check_q(out, x, fmt, vec)
+        q = out
+    else:
+        q = _alloc_q(x, fmt)
+    _run(x, q, sf, fmt, num_per_channels, kind, True, False, True, 0.0, vec)
+    return q

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# GPU verification: the wheel built here, installed on the H200 without tilelang or nvcc,
+# runs the GPU tests and the benchmarks. Two halves, because the GPU is another machine:
+#
+#   1. here:    scripts/gpu_verify.sh prepare      # builds dist/*.whl into .gpu-carry/ (git-ignored)
+#   2. device:  run tool, carry [".gpu-carry"], command:
+#               bash scripts/gpu_verify.sh device   # fresh venv, install, pytest -m gpu, benchmarks -> $OUT
+#   3. here:    scripts/gpu_verify.sh collect <files_at>  # copies the JSON into benchmarks/results/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:?usage: gpu_verify.sh prepare|device|collect DIR}
+
+case "$mode" in
+prepare)
+  rm -rf .gpu-carry && mkdir -p .gpu-carry
+  if [ -n "${WHEEL:-}" ]; then cp "$WHEEL" .gpu-carry/; else
+    python3 -m pip wheel . --no-deps -w .gpu-carry -v 2>&1 | tail -5; fi
+  git rev-parse HEAD > .gpu-carry/git-sha
+  ls -la .gpu-carry
+  ;;
+device)
+  : "${OUT:?run this on the device machine, where OUT is set}"
+  exec > >(tee "$OUT/gpu_verify.log") 2>&1
+  export PYTHONUNBUFFERED=1
+  python3 -m venv --system-site-packages /tmp/tk-venv          # torch from the image, nothing else of ours
+  /tmp/tk-venv/bin/pip install -q --no-index --no-deps .gpu-carry/tilekiln-*.whl
+  PY=/tmp/tk-venv/bin/python
+  $PY - <<'PY'
+import importlib.util, shutil
+assert importlib.util.find_spec("tilelang") is None, "tilelang must not be installed on the GPU machine"
+assert importlib.util.find_spec("tvm") is None, "tvm must not be installed on the GPU machine"
+import tilekiln, torch
+print("tilekiln from", tilekiln.__file__, "kernels:", len(tilekiln.list_kernels()),
+      "device:", torch.cuda.get_device_name(), "nvcc on PATH:", shutil.which("nvcc"))
+PY
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+  # Tests import the installed wheel, never the source tree.
+  TILEKILN_TEST_INSTALLED=1 $PY -m pytest tests -m gpu -q -x -p no:cacheprovider \
+      --junitxml="$OUT/gpu_tests.xml" ${PYTEST_ARGS:-} || echo "GPU TESTS FAILED rc=$?"
+  $PY benchmarks/bench_foundation.py --out "$OUT/bench_foundation.json"
+  ;;
+collect)
+  src=${2:?collect needs the files_at directory}
+  sha=$(cat .gpu-carry/git-sha 2>/dev/null || git rev-parse HEAD)
+  dest=benchmarks/results/$(date -u +%Y-%m-%d)-${sha:0:10}
+  mkdir -p "$dest" && cp "$src"/* "$dest"/ && echo "results in $dest"
+  ;;
+*) echo "unknown mode $mode" >&2; exit 2 ;;
+esac

@@ -1,0 +1,58 @@
+"""topk_gate on the GPU: bit-identical indices to the stable reference, ties, errors."""
+import pytest
+import torch
+
+import tilekiln
+from tilekiln.torch import stable_topk
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("experts,topk", [(8, 2), (16, 6), (36, 6), (72, 6), (128, 8), (144, 6), (160, 8),
+                                          (256, 8), (256, 1), (256, 32), (384, 8), (512, 32), (33, 33 - 1)])
+@pytest.mark.parametrize("tokens", [1, 7, 4001])
+def test_topk_matches_stable_reference(seed, experts, topk, tokens):
+    scores = torch.randn(tokens, experts, device="cuda")
+    idx = tilekiln.moe.topk_gate(scores, topk)
+    assert idx.dtype == torch.int64 and idx.shape == (tokens, topk) and idx.is_contiguous()
+    assert torch.equal(idx, stable_topk(scores, topk))
+
+
+@pytest.mark.parametrize("experts", [64, 256, 300])
+def test_ties_go_to_the_smaller_index(seed, experts):
+    # Few distinct values: every row has many exact ties, including +0.0 vs -0.0.
+    scores = torch.randint(-3, 4, (2048, experts), device="cuda").float()
+    scores[:, ::7] = -0.0
+    idx = tilekiln.moe.topk_gate(scores, 8)
+    assert torch.equal(idx, stable_topk(scores, 8))
+
+
+def test_topk_equals_expert_count(seed):
+    scores = torch.randn(100, 24, device="cuda")
+    assert torch.equal(tilekiln.moe.topk_gate(scores, 24), stable_topk(scores, 24))
+
+
+def test_zero_tokens():
+    assert tilekiln.moe.topk_gate(torch.empty(0, 256, device="cuda"), 8).shape == (0, 8)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_scores_raise_without_killing_the_context(seed, bad):
+    scores = torch.randn(64, 256, device="cuda")
+    scores[17, 100] = bad
+    idx = tilekiln.moe.topk_gate(scores, 8)
+    with pytest.raises(tilekiln.moe.NonFiniteScoresError, match="token 17"):
+        tilekiln.check_errors()
+    assert (idx[17] == -1).all()
+    good = torch.randn(64, 256, device="cuda")  # the context still works
+    assert torch.equal(tilekiln.moe.topk_gate(good, 8), stable_topk(good, 8))
+    tilekiln.check_errors()  # nothing pending any more
+
+
+def test_non_finite_raises_on_next_call(seed):
+    scores = torch.randn(8, 256, device="cuda")
+    scores[3, 0] = float("nan")
+    tilekiln.moe.topk_gate(scores, 8)
+    torch.cuda.synchronize()
+    with pytest.raises(tilekiln.moe.NonFiniteScoresError):
+        tilekiln.moe.topk_gate(torch.randn(8, 256, device="cuda"), 8)

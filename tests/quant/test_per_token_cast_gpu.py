@@ -1,0 +1,101 @@
+"""per_token_cast on the GPU against the bit-exact reference (tilekiln.torch.cast)."""
+import pytest
+import torch
+
+import tilekiln
+from tilekiln.torch import cast as ref_cast
+
+pytestmark = pytest.mark.gpu
+
+SCALE_OPTIONS = {  # name -> (round_sf, use_packed_ue8m0, use_e4m3_sf, col_major)
+    "fp32": (False, False, False, False),
+    "fp32-round": (True, False, False, False),
+    "fp32-round-col": (True, False, False, True),
+    "ue8m0": (True, True, False, False),
+    "ue8m0-col": (True, True, False, True),
+    "e4m3sf": (False, False, True, False),
+}
+
+
+def _bytes(t):
+    return t.contiguous().view(torch.uint8) if t.element_size() == 1 else t.contiguous().view(torch.int32)
+
+
+def _assert_bitwise(actual, expected, what):
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    a, e = _bytes(actual).cpu(), _bytes(expected).cpu()
+    bad = (a != e).nonzero()
+    assert bad.numel() == 0, f"{what}: {bad.shape[0]} of {a.numel()} differ, first at {bad[0].tolist()}"
+
+
+def _input(t, h, dtype, stride=None):
+    # Spread magnitudes over many binades so that scale and rounding paths all fire.
+    x = torch.randn(t, stride or h, device="cuda") * torch.exp2(torch.randint(-8, 8, (t, 1), device="cuda").float())
+    return x.to(dtype)[:, :h]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+@pytest.mark.parametrize("g", [16, 32, 64, 128])
+@pytest.mark.parametrize("opt", list(SCALE_OPTIONS))
+@pytest.mark.parametrize("shape", [(1, 64), (7, 576), (130, 7168), (4099, 2048)])
+def test_per_token_cast_matches_reference(seed, dtype, fmt, g, opt, shape):
+    round_sf, packed, e4m3sf, col = SCALE_OPTIONS[opt]
+    x = _input(*shape, dtype)
+    q, sf = tilekiln.quant.per_token_cast(x, fmt, g, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+                                          use_packed_ue8m0=packed, use_e4m3_sf=e4m3sf)
+    rq, rsf = ref_cast(x, fmt, (1, g), round_sf=round_sf, use_tma_aligned_col_major_sf=col,
+                       use_packed_ue8m0=packed, use_e4m3_sf=e4m3sf)
+    _assert_bitwise(q, rq, "data")
+    assert sf.stride() == rsf.stride(), f"sf strides {sf.stride()} != reference {rsf.stride()}"
+    _assert_bitwise(sf, rsf, "scales")
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+def test_strided_rows_and_poisoned_out(seed, fmt):
+    x = _input(300, 7168, torch.bfloat16, stride=7168 + 64)
+    assert not x.is_contiguous()
+    q = torch.full((300, 7168 if fmt == "e4m3" else 3584), -1, dtype=torch.int8, device="cuda")
+    q = q.view(torch.float8_e4m3fn) if fmt == "e4m3" else q
+    sf = torch.full((300, 56), float("nan"), device="cuda")
+    out = tilekiln.quant.per_token_cast(x, fmt, 128, out=(q, sf))
+    assert out[0] is q and out[1] is sf
+    rq, rsf = ref_cast(x.contiguous(), fmt, (1, 128))
+    _assert_bitwise(q, rq, "data")
+    _assert_bitwise(sf, rsf, "scales")
+
+
+@pytest.mark.parametrize("opt", ["fp32", "ue8m0-col", "e4m3sf"])
+def test_sf_only_matches(seed, opt):
+    round_sf, packed, e4m3sf, col = SCALE_OPTIONS[opt]
+    x = _input(513, 4096, torch.bfloat16)
+    sf = tilekiln.quant.per_token_cast_with_sf_only(x, "e4m3", 128, use_tma_aligned_col_major_sf=col,
+                                                    round_sf=round_sf, use_packed_ue8m0=packed, use_e4m3_sf=e4m3sf)
+    _, rsf = ref_cast(x, "e4m3", (1, 128), round_sf=round_sf, use_tma_aligned_col_major_sf=col,
+                      use_packed_ue8m0=packed, use_e4m3_sf=e4m3sf)
+    _assert_bitwise(sf, rsf, "scales")
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+@pytest.mark.parametrize("e4m3sf", [False, True])
+def test_precomputed_sf_matches(seed, fmt, e4m3sf):
+    x = _input(257, 2048, torch.float32)
+    _, sf = ref_cast(x, fmt, (1, 32), use_e4m3_sf=e4m3sf)
+    sf = sf.cuda()
+    q = tilekiln.quant.per_token_cast_with_precomputed_sf(x, fmt, 32, sf, use_e4m3_sf=e4m3sf)
+    rq = ref_cast(x, fmt, (1, 32), sf=sf, use_e4m3_sf=e4m3sf)
+    _assert_bitwise(q, rq, "data")
+
+
+def test_zero_tokens_returns_empty():
+    x = torch.empty(0, 7168, dtype=torch.bfloat16, device="cuda")
+    q, sf = tilekiln.quant.per_token_cast(x, "e4m3", 128)
+    assert q.shape == (0, 7168) and sf.shape == (0, 56)
+
+
+def test_repeatable_run_to_run(seed):
+    x = _input(1000, 7168, torch.bfloat16)
+    a = tilekiln.quant.per_token_cast(x, "e2m1", 32, round_sf=True, use_packed_ue8m0=True)
+    b = tilekiln.quant.per_token_cast(x, "e2m1", 32, round_sf=True, use_packed_ue8m0=True)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])

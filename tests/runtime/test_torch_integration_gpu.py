@@ -1,0 +1,95 @@
+"""torch.library registration, torch.compile(fullgraph=True), CUDA graphs, PDL, first-call cost."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import tilekiln
+from tilekiln.torch import cast as ref_cast, stable_topk
+
+pytestmark = pytest.mark.gpu
+
+
+def test_opcheck_per_token_cast(seed):
+    x = torch.randn(64, 512, device="cuda", dtype=torch.bfloat16)
+    for args in [(x, "e4m3", 128, False, False, False, False), (x, "e2m1", 32, True, True, True, False),
+                 (x, "e4m3", 32, False, False, False, True)]:
+        torch.library.opcheck(torch.ops.tilekiln.per_token_cast.default, args)
+
+
+def test_opcheck_topk_gate(seed):
+    torch.library.opcheck(torch.ops.tilekiln.topk_gate.default, (torch.randn(64, 256, device="cuda"), 8))
+
+
+def test_compile_fullgraph(seed):
+    def f(x, scores):
+        q, sf = tilekiln.quant.per_token_cast(x * 2, "e4m3", 128, round_sf=True)
+        return q, sf, tilekiln.moe.topk_gate(scores.softmax(-1), 8)
+
+    x = torch.randn(256, 7168, device="cuda", dtype=torch.bfloat16)
+    scores = torch.randn(256, 256, device="cuda")
+    q, sf, idx = torch.compile(f, fullgraph=True)(x, scores)
+    rq, rsf = ref_cast(x * 2, "e4m3", (1, 128), round_sf=True)
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(sf, rsf)
+    assert torch.equal(idx, stable_topk(scores.softmax(-1), 8))
+
+
+def test_cuda_graph_capture_after_preload(seed):
+    assert tilekiln.preload() > 0
+    x = torch.randn(128, 7168, device="cuda", dtype=torch.bfloat16)
+    scores = torch.randn(128, 256, device="cuda")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        q, sf = tilekiln.quant.per_token_cast(x, "e4m3", 128)
+        idx = tilekiln.moe.topk_gate(scores, 8)
+    x.copy_(torch.randn_like(x))
+    scores.copy_(torch.randn_like(scores))
+    g.replay()
+    torch.cuda.synchronize()
+    rq, rsf = ref_cast(x, "e4m3", (1, 128))
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(sf, rsf)
+    assert torch.equal(idx, stable_topk(scores, 8))
+
+
+def test_pdl_launch_gives_same_results(seed):
+    x = torch.randn(1000, 7168, device="cuda", dtype=torch.bfloat16)
+    base = tilekiln.quant.per_token_cast(x, "e4m3", 128)
+    tilekiln.set_pdl(True)
+    try:
+        for _ in range(3):
+            q, sf = tilekiln.quant.per_token_cast(x, "e4m3", 128)
+            idx = tilekiln.moe.topk_gate(sf.float(), 8)
+        assert torch.equal(q.view(torch.uint8), base[0].view(torch.uint8)) and torch.equal(sf, base[1])
+        assert torch.equal(idx, stable_topk(base[1].float(), 8))
+    finally:
+        tilekiln.set_pdl(False)
+
+
+def test_other_thread_and_stream(seed):
+    import threading
+    x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16)
+    out = {}
+
+    def work():
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            out["r"] = tilekiln.quant.per_token_cast(x, "e4m3", 128)
+        s.synchronize()
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    rq, rsf = ref_cast(x, "e4m3", (1, 128))
+    assert torch.equal(out["r"][0].view(torch.uint8), rq.view(torch.uint8))
+
+
+def test_first_call_in_fresh_process_is_fast():
+    code = ("import torch, time; x = torch.randn(128, 7168, device='cuda', dtype=torch.bfloat16); "
+            "torch.cuda.synchronize(); t = time.perf_counter(); import tilekiln; "
+            "tilekiln.quant.per_token_cast(x, 'e4m3', 128); torch.cuda.synchronize(); "
+            "print(time.perf_counter() - t)")
+    seconds = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+                    .stdout.split()[-1])
+    assert seconds < 0.5, f"first call took {seconds:.3f}s"
