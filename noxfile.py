@@ -1,0 +1,48 @@
+"""Developer and CI sessions. `nox -s tests` is the test command CI runs (.ci/run).
+
+  nox -s tests   CPU suite: references, runtime error paths, cubin checks, a both-arch build of
+                 manifests/ci-subset.toml, and that subset's wheel installed into a fresh venv
+                 without tilelang/nvcc. GPU tests skip with a visible reason without a GPU.
+  nox -s build   the default manifest's kernel store into .artifacts/kernels (no CMake)
+  nox -s wheel   the release wheel into dist/ (pip wheel ., default manifest)
+  nox -s gpu     the first half of scripts/gpu_verify.sh (see README: GPU verification)
+  nox -s bench   benchmarks on a local GPU, JSON into benchmarks/results/
+"""
+import os
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests"]
+
+
+@nox.session
+def tests(session):
+    session.install("-r", "requirements/test.txt")
+    session.run("python", "-m", "pytest", "tests", "-q", *session.posargs, env={"TILEKILN_WHEEL_TEST": "1"})
+
+
+@nox.session
+def build(session):
+    session.install("-r", "requirements/build.txt")
+    session.run("python", "-m", "build_tools", "build", "--out-dir", ".artifacts/kernels", *session.posargs)
+
+
+@nox.session
+def wheel(session):
+    session.install("-r", "requirements/build.txt")
+    session.run("python", "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-w", "dist",
+                *session.posargs, env={"TILEKILN_MANIFEST": os.environ.get("TILEKILN_MANIFEST",
+                                                                          "manifests/default.toml")})
+
+
+@nox.session(python=False)
+def gpu(session):
+    session.run("bash", "scripts/gpu_verify.sh", "prepare", external=True)
+    session.log("now run `bash scripts/gpu_verify.sh device` on the GPU machine (README: GPU verification)")
+
+
+@nox.session(python=False)
+def bench(session):
+    session.run("python3", "benchmarks/bench_foundation.py", "--out", "benchmarks/results/local.json")
