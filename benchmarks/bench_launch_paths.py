@@ -1,21 +1,21 @@
-"""ctypes-only launch path vs a C shim (benchmarks/launch_shim.c), same kernel, same arguments.
+"""Launch-path comparison: the native shim (csrc/launch_shim.c) vs pure ctypes.
 
-Host time per launch of a tiny topk_gate (T = 1), prebuilt arguments, median of 5 x 20000 launches.
-Needs a C compiler on the GPU machine to build the shim (cc -O2 -shared).
+Each path runs in its own process (TILEKILN_LAUNCHER=auto|ctypes): host time per launch with
+prebuilt arguments, and per whole op call (T = 128), median of 5 x 20000 calls.
+
+    python benchmarks/bench_launch_paths.py --out launch.json
 """
-import ctypes
+import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
-
-import torch
 
 
 def per_call_us(fn, calls=20000, reps=5):
+    import torch
     for _ in range(500):
         fn()
     torch.cuda.synchronize()
@@ -29,49 +29,45 @@ def per_call_us(fn, calls=20000, reps=5):
     return statistics.median(out)
 
 
-def main(out_path):
+def child():
+    import torch
+
     import tilekiln
-    from tilekiln._runtime import _raw_stream, driver, store
+    from tilekiln._runtime import _raw_stream, launcher, store
     from tilekiln.moe import _topk
-
-    scores = torch.randn(1, 256, device="cuda")
+    scores = torch.randn(128, 256, device="cuda")
+    x = torch.randn(128, 7168, device="cuda", dtype=torch.bfloat16)
     idx = tilekiln.moe.topk_gate(scores, 8)
-    dev = 0
-    kernel = store().kernel("topk_gate", _topk.PARAM_NAMES, (8, True), dev)
-    args = (scores.data_ptr(), idx.data_ptr(), _topk._flag(dev)[0].data_ptr(), 1, 256, 64, 8)
-    stream = _raw_stream(dev)
-    ctypes_us = per_call_us(lambda: kernel.launch(dev, stream, args))
+    kernel = store().kernel("topk_gate", _topk.PARAM_NAMES, (8, True), 0)
+    args = (scores.data_ptr(), idx.data_ptr(), _topk._flag(0)[0].data_ptr(), 128, 256, 64, 8)
+    stream = _raw_stream(0)
+    rec = {"path": launcher.LAUNCH_PATH,
+           "launch_only_us": per_call_us(lambda: kernel.launch(0, stream, args)),
+           "topk_gate_us": per_call_us(lambda: tilekiln.moe.topk_gate(scores, 8)),
+           "per_token_cast_us": per_call_us(lambda: tilekiln.quant.per_token_cast(x, "e4m3", 128))}
+    assert torch.equal(tilekiln.moe.topk_gate(scores, 8), tilekiln.torch.stable_topk(scores, 8))
+    print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in rec.items()}))
 
-    src = Path(__file__).with_name("launch_shim.c")
-    so = Path(tempfile.mkdtemp()) / "libtk_launch_shim.so"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
-    shim = ctypes.CDLL(str(so))
-    shim.tk_launch.restype = ctypes.c_int
-    d = driver.get_driver()
-    launch_ex = ctypes.cast(d.cuLaunchKernelEx, ctypes.c_void_p).value
-    ctx, dks = kernel.load(dev)
-    k = dks[0]
-    lay = k.layout
-    offsets = (ctypes.c_uint16 * len(lay.offsets))(*lay.offsets)
-    st = k.state()
-    _, attrs_addr, nattrs = st.attrs[False]
 
-    def shim_launch():
-        g = k.grid(args)
-        blob = lay.struct.pack(*[args[i] for i in lay.sources])
-        rc = shim.tk_launch(ctypes.c_void_p(launch_ex), ctypes.c_void_p(k.function), g[0], g[1], g[2], *k.block,
-                            k.smem, ctypes.c_void_p(stream), ctypes.c_void_p(attrs_addr), nattrs, blob, offsets,
-                            len(lay.offsets))
-        assert rc == 0, rc
-
-    shim_us = per_call_us(shim_launch)
-    assert torch.equal(idx, tilekiln.torch.stable_topk(scores, 8))
-    rec = {"name": "launch_path_host_us", "ctypes_only": round(ctypes_us, 2), "c_shim": round(shim_us, 2),
-           "kernel": "topk_gate T=1", "calls": 20000}
-    print(json.dumps(rec))
-    with open(out_path, "w") as f:
-        json.dump(rec, f, indent=1)
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out")
+    p.add_argument("--child", action="store_true")
+    a = p.parse_args()
+    if a.child:
+        return child()
+    results = []
+    for path in ("auto", "ctypes"):
+        env = dict(os.environ, TILEKILN_LAUNCHER=path)
+        out = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True)
+        if out.returncode:
+            raise SystemExit(out.stderr)
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(json.dumps(results))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"name": "launch_paths_host_us", "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()

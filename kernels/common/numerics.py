@@ -23,13 +23,17 @@ def pow2(exponent):
 def e2m1_code(y):
     """4-bit e2m1 nibble of y, round-to-nearest-even, saturating at 6, NaN -> 6.
 
-    The grid {0, .5, 1, 1.5, 2, 3, 4, 6} has spacing .5 below 2, 1 in [2, 4) and
-    2 above, so the code is rint of a rescaled magnitude plus a per-binade offset.
-    fminf returns the non-NaN operand, which turns NaN into the top code.
+    The grid {0, .5, 1, 1.5, 2, 3, 4, 6} has spacing .5 below 2, 1 in [2, 4) and 2
+    above. Scaling |y| by 2, 1 or 1/2 (exact) makes the spacing 1; adding 2**23
+    then rounds to an integer (RNE) that sits in the low mantissa bits. This keeps
+    the hot loop on full-rate FADD/integer ops: rintf and float->int conversions
+    run at a quarter rate and made the FP4 paths compute-bound.
+    Inf and NaN give huge bit patterns that the final min() clamps to code 7.
     """
     a = T.abs(y)
-    t = T.if_then_else(a < 2.0, a * 2.0, T.if_then_else(a < 4.0, a, a * 0.5))
-    off = T.if_then_else(a < 2.0, T.float32(0.0), T.if_then_else(a < 4.0, T.float32(2.0), T.float32(4.0)))
-    code = T.call_extern("float32", "fminf", T.call_extern("float32", "rintf", t) + off, T.float32(7.0))
+    scale = T.if_then_else(a < 2.0, T.float32(2.0), T.if_then_else(a < 4.0, T.float32(1.0), T.float32(0.5)))
+    offset = T.if_then_else(a < 2.0, T.int32(0), T.if_then_else(a < 4.0, T.int32(2), T.int32(4)))
+    rounded = T.reinterpret("int32", a * scale + T.float32(8388608.0)) - T.int32(0x4B000000)
+    code = T.min(rounded + offset, T.int32(7))
     sign = T.shift_right(T.reinterpret("uint32", y), T.uint32(31))
     return T.bitwise_or(T.shift_left(sign, T.uint32(3)), T.Cast("uint32", code))

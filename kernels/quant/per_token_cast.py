@@ -58,6 +58,9 @@ def build(p, arch):
     vec = elems_per_load(in_dtype)
     lanes_per_block = g // vec
     shuffle_steps = lanes_per_block.bit_length() - 1  # log2
+    spread = lanes_per_block >= ROWS_PER_CTA  # enough lanes per block to give each row its own
+    scalar_iters = 1 if spread else ROWS_PER_CTA
+    store_lanes = ROWS_PER_CTA if spread else 1
     seg = 32 * vec
     rows = ROWS_PER_CTA
     fmt_max = FMT_MAX[fmt]
@@ -88,9 +91,12 @@ def build(p, arch):
             col = (by * WARPS_PER_CTA + tx // 32) * seg + lane * vec
             col_ok = col < hidden_div64 * 64
             kb = col // g
+            sub = lane % lanes_per_block
             v = T.alloc_local((rows, vec), "float32")
             xl = T.alloc_local((vec,), in_dtype)
             amax = T.alloc_local((rows,), "float32")
+            my_amax = T.alloc_local((1,), "float32")
+            inv = T.alloc_local((1,), "float32")
             sf_inv = T.alloc_local((rows,), "float32")
             ql = T.alloc_local((vec,), "float8_e4m3fn")
             word = T.alloc_var("uint32")
@@ -107,49 +113,70 @@ def build(p, arch):
                     for i in T.unroll(vec):
                         v[r, i] = T.float32(0)
 
-            for r in T.unroll(rows):
-                row = bx * rows + r
-                sf_idx = T.Cast("int64", row) * sf_stride_t + kb * sf_stride_k
-                if precomputed:
-                    sf_inv[r] = T.float32(1)
-                    if row < num_tokens and col_ok:
-                        sf_inv[r] = T.float32(1) / T.Cast("float32", sf[sf_idx])
-                else:
+            if not precomputed:
+                for r in T.unroll(rows):
                     amax[r] = T.float32(0)
                     for i in T.unroll(vec):
                         amax[r] = T.max(amax[r], T.abs(v[r, i]))
                     for s in T.unroll(shuffle_steps):
                         amax[r] = T.max(amax[r], T.shfl_xor(amax[r], T.shift_right(lanes_per_block // 2, s)))
                     amax[r] = T.max(amax[r], clamp_min)
-                    leader = row < num_tokens and col_ok and lane % lanes_per_block == 0
+
+            # Per-row scale math (IEEE divisions for the plain and E4M3 scales) is spread over the
+            # lanes of a scale block: lane `sub` handles row `sub % rows` once, then the block's
+            # lanes fetch each row's multiplier with a shuffle. This does rows x fewer divisions.
+            for j in T.unroll(scalar_iters):
+                if spread:
+                    my_r = sub % rows
+                else:
+                    my_r = j
+                my_row = bx * rows + my_r
+                row_ok = my_row < num_tokens and col_ok
+                sf_idx = T.Cast("int64", my_row) * sf_stride_t + kb * sf_stride_k
+                if not precomputed:
+                    my_amax[0] = amax[0]
+                    for r in T.unroll(1, rows):
+                        if my_r == r:
+                            my_amax[0] = amax[r]
+                if precomputed:
+                    inv[0] = T.float32(1)
+                    if row_ok:
+                        inv[0] = T.float32(1) / T.Cast("float32", sf[sf_idx])
+                else:
+                    writer = row_ok and sub < store_lanes
                     if sf_kind == "fp32":
                         if round_sf != 0:
-                            e = round_sf_exponent(amax[r], fmt_max)
-                            sf_inv[r] = pow2(-e)
-                            if leader:
+                            e = round_sf_exponent(my_amax[0], fmt_max)
+                            inv[0] = pow2(-e)
+                            if writer:
                                 sf[sf_idx] = pow2(e)
                         else:
-                            sf_inv[r] = T.float32(fmt_max) / amax[r]
-                            if leader:
-                                sf[sf_idx] = amax[r] / T.float32(fmt_max)
+                            inv[0] = T.float32(fmt_max) / my_amax[0]
+                            if writer:
+                                sf[sf_idx] = my_amax[0] / T.float32(fmt_max)
                     elif sf_kind == "e4m3":
-                        sf_q = T.Cast("float8_e4m3fn", amax[r] / T.float32(fmt_max))
-                        sf_inv[r] = T.float32(1) / T.Cast("float32", sf_q)
-                        if leader:
+                        sf_q = T.Cast("float8_e4m3fn", my_amax[0] / T.float32(fmt_max))
+                        inv[0] = T.float32(1) / T.Cast("float32", sf_q)
+                        if writer:
                             sf[sf_idx] = sf_q
                     else:
-                        e = round_sf_exponent(amax[r], fmt_max)
-                        sf_inv[r] = pow2(-e)
-                        if leader:
-                            sf[T.Cast("int64", row) * sf_stride_t + (kb // 4) * sf_stride_k + kb % 4] = \
+                        e = round_sf_exponent(my_amax[0], fmt_max)
+                        inv[0] = pow2(-e)
+                        if writer:
+                            sf[T.Cast("int64", my_row) * sf_stride_t + (kb // 4) * sf_stride_k + kb % 4] = \
                                 T.Cast("uint8", e + 127)
+                if spread:
+                    for r in T.unroll(rows):
+                        sf_inv[r] = T.shfl_sync(inv[0], lane - sub + r)
+                else:
+                    sf_inv[j] = inv[0]
 
             if write_data != 0:
                 for r in T.unroll(rows):
                     row = bx * rows + r
                     if row < num_tokens and col_ok:
                         if fmt == "e4m3":
-                            for i in T.unroll(vec):
+                            for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
                                 ql[i] = T.Cast("float8_e4m3fn", v[r, i] * sf_inv[r])
                             for i in T.vectorized(vec):
                                 out[T.Cast("int64", row) * out_stride_unit * vec + col + i] = ql[i]

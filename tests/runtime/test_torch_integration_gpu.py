@@ -93,3 +93,21 @@ def test_first_call_in_fresh_process_is_fast():
     seconds = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                     .stdout.split()[-1])
     assert seconds < 0.5, f"first call took {seconds:.3f}s"
+
+
+def test_both_launch_paths_give_identical_results(tmp_path):
+    code = ("import torch, tilekiln; from tilekiln._runtime import launcher; torch.manual_seed(1); "
+            "x = torch.randn(333, 7168, device='cuda', dtype=torch.bfloat16); s = torch.randn(333, 256, device='cuda'); "
+            "q, sf = tilekiln.quant.per_token_cast(x, 'e2m1', 32, round_sf=True, use_packed_ue8m0=True); "
+            "i = tilekiln.moe.topk_gate(s, 8); torch.cuda.synchronize(); "
+            "torch.save((q.cpu(), sf.cpu(), i.cpu()), %r); print(launcher.LAUNCH_PATH)")
+    import os
+    paths = []
+    for mode in ("auto", "ctypes"):
+        out = subprocess.run([sys.executable, "-c", code % str(tmp_path / f"{mode}.pt")], capture_output=True,
+                             text=True, env=dict(os.environ, TILEKILN_LAUNCHER=mode))
+        assert out.returncode == 0, out.stderr
+        paths.append(out.stdout.split()[-1])
+    assert paths[1] == "ctypes"
+    a, b = torch.load(tmp_path / "auto.pt"), torch.load(tmp_path / "ctypes.pt")
+    assert all(torch.equal(u, v) for u, v in zip(a, b))

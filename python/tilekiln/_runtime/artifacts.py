@@ -93,6 +93,11 @@ class KernelStore:
                 self._kernels[key] = k
         return k
 
+    def has_variant(self, op, param_names, values, device_index):
+        _ = self.index
+        key = (op, self.device_arch(device_index), frozenset(zip(param_names, values)))
+        return key in self._by_key
+
     def missing(self, op, arch, param_names, values):
         built = [tuple(e["variant"][n] for n in param_names) for e in self.variants(op, arch)]
         listing = "\n  ".join(_fmt_params(param_names, b) for b in sorted(built, key=str)[:40]) or "(none)"

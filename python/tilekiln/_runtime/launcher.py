@@ -1,15 +1,22 @@
 """Load a cubin per device and launch its kernels from a launch spec.
 
 Hot path per call: evaluate the grid (one compiled lambda), pack the arguments
-into a per-thread buffer with one ``struct.pack_into``, pack the launch config
-with another, one ctypes call to ``cuLaunchKernelEx``. Everything else (module
-load, function lookup, max-dynamic-smem attribute, attribute arrays, struct
-layouts) happens once per (kernel, device).
+with one ``struct`` call, one ctypes call. Two launch paths, chosen at import:
+
+* the native shim ``libtilekiln_launch.so`` (csrc/launch_shim.c, built into the
+  wheel): builds CUlaunchConfig and kernelParams on the C stack;
+* pure ctypes (fallback, or TILEKILN_LAUNCHER=ctypes): per-thread parameter and
+  config buffers filled with ``struct.pack_into``, then ``cuLaunchKernelEx``.
+
+Everything else (module load, function lookup, max-dynamic-smem attribute,
+attribute arrays, struct layouts) happens once per (kernel, device).
 """
 import ctypes
 import hashlib
+import os
 import struct
 import threading
+from pathlib import Path
 
 from tilekiln._runtime import driver as drv
 from tilekiln._runtime.expr import compile_tuple
@@ -26,6 +33,31 @@ _ATTR_BYTES = 72  # CUlaunchAttribute: id, pad, 64-byte value union
 
 class LaunchError(RuntimeError):
     pass
+
+
+class _ShimKernel(ctypes.Structure):
+    """Mirror of csrc/launch_shim.c:tk_kernel."""
+    _fields_ = [("launch_ex", ctypes.c_void_p), ("function", ctypes.c_void_p), ("block", ctypes.c_uint * 3),
+                ("smem", ctypes.c_uint), ("attrs", ctypes.c_void_p * 2), ("num_attrs", ctypes.c_uint * 2),
+                ("num_args", ctypes.c_int), ("offsets", ctypes.c_uint16 * 64)]
+
+
+def _load_shim():
+    path = Path(__file__).with_name("libtilekiln_launch.so")
+    if os.environ.get("TILEKILN_LAUNCHER", "auto") == "ctypes" or not path.exists():
+        return None
+    lib = ctypes.CDLL(str(path))
+    if lib.tk_kernel_size() != ctypes.sizeof(_ShimKernel):
+        return None  # a mismatched build: fall back rather than corrupt launches
+    fn = lib.tk_launch
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_int,
+                   ctypes.c_char_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_shim_launch = _load_shim()
+LAUNCH_PATH = "shim" if _shim_launch else "ctypes"
 
 
 def _aligned_buffer(size, align=64):
@@ -68,13 +100,19 @@ class _ThreadState:
         self.ptrs = (ctypes.c_void_p * max(len(layout.offsets), 1))(*[self.params + o for o in layout.offsets])
         self.config_raw, self.config = _aligned_buffer(_CONFIG.size, 8)
         self.config_view = (ctypes.c_ubyte * _CONFIG.size).from_address(self.config)
-        self.attrs = {}
-        for key, attrs in attr_sets.items():
-            buf = (ctypes.c_ubyte * max(_ATTR_BYTES * len(attrs), 1))()
-            for i, (attr_id, value) in enumerate(attrs):
-                struct.pack_into("<I4x", buf, i * _ATTR_BYTES, attr_id)
-                struct.pack_into(f"<{len(value)}I", buf, i * _ATTR_BYTES + 8, *value)
-            self.attrs[key] = (buf, ctypes.addressof(buf), len(attrs))
+        self.attrs = _attr_arrays(attr_sets)
+
+
+def _attr_arrays(attr_sets):
+    """{pdl: (buffer, address, count)}: CUlaunchAttribute arrays, built once."""
+    out = {}
+    for key, attrs in attr_sets.items():
+        buf = (ctypes.c_ubyte * max(_ATTR_BYTES * len(attrs), 1))()
+        for i, (attr_id, value) in enumerate(attrs):
+            struct.pack_into("<I4x", buf, i * _ATTR_BYTES, attr_id)
+            struct.pack_into(f"<{len(value)}I", buf, i * _ATTR_BYTES + 8, *value)
+        out[key] = (buf, ctypes.addressof(buf), len(attrs))
+    return out
 
 
 class DeviceKernel:
@@ -95,6 +133,39 @@ class DeviceKernel:
         pdl = [(drv.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if kspec.get("pdl") else []
         self.attr_sets = {False: base, True: base + pdl}
         self.tls = threading.local()
+        if _shim_launch is not None and len(self.layout.offsets) <= 64 and not self.layout.tensormap_slots:
+            self._shim = self._shim_descriptor()
+            self.launch = self._launch_shim
+        else:
+            self.launch = self._launch_ctypes
+
+    def _shim_descriptor(self):
+        d = _ShimKernel()
+        d.launch_ex = ctypes.cast(drv.get_driver().cuLaunchKernelEx, ctypes.c_void_p).value
+        d.function = self.function
+        d.block[:] = self.block
+        d.smem = self.smem
+        self._shim_attrs = _attr_arrays(self.attr_sets)  # read-only, so all threads share them
+        for pdl in (False, True):
+            _, addr, n = self._shim_attrs[pdl]
+            d.attrs[int(pdl)], d.num_attrs[int(pdl)] = addr, n
+        d.num_args = len(self.layout.offsets)
+        d.offsets[:d.num_args] = self.layout.offsets
+        self._shim_addr = ctypes.addressof(d)
+        return d
+
+    def _launch_shim(self, grid, stream, args, pdl):
+        blob = self.layout.struct.pack(*[args[i] for i in self.layout.sources])
+        return _shim_launch(self._shim_addr, grid[0], grid[1], grid[2], stream, pdl, blob)
+
+    def _launch_ctypes(self, grid, stream, args, pdl):
+        st = self.state()
+        lay = self.layout
+        lay.struct.pack_into(st.params_view, 0, *[args[i] for i in lay.sources])
+        _, attrs_addr, nattrs = st.attrs[pdl]
+        _CONFIG.pack_into(st.config_view, 0, grid[0], grid[1], grid[2], *self.block, self.smem, stream,
+                          attrs_addr, nattrs)
+        return drv.get_driver().cuLaunchKernelEx(st.config, self.function, st.ptrs, None)
 
     def state(self):
         try:
@@ -172,24 +243,23 @@ class CompiledKernel:
         """Launch every kernel of the module; ``args`` are in PrimFunc parameter order
         (data pointers as ints)."""
         ctx, kernels = self.load(device_index)
-        d = drv.get_driver()
         for k in kernels:
             grid = k.grid(args)
             if grid[0] <= 0 or grid[1] <= 0 or grid[2] <= 0:
                 continue
-            st = k.state()
-            lay = k.layout
-            lay.struct.pack_into(st.params_view, 0, *[args[i] for i in lay.sources])
-            _, attrs_addr, nattrs = st.attrs[pdl]
-            _CONFIG.pack_into(st.config_view, 0, grid[0], grid[1], grid[2], *k.block, k.smem, stream,
-                              attrs_addr, nattrs)
-            rc = d.cuLaunchKernelEx(st.config, k.function, st.ptrs, None)
-            if rc == drv.CUDA_ERROR_INVALID_CONTEXT or (rc != 0 and d.current_context() != ctx):
-                # This thread has no (or another device's) current context: launch inside ours.
-                d.check(d.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
-                try:
-                    rc = d.cuLaunchKernelEx(st.config, k.function, st.ptrs, None)
-                finally:
-                    d.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
-            if rc != 0:
-                raise LaunchError(f"launching {k.symbol} grid={grid} block={k.block}: {d.error_text(rc)}")
+            rc = k.launch(grid, stream, args, pdl)
+            if rc:
+                self._retry_in_context(ctx, k, grid, stream, args, pdl, rc)
+
+    @staticmethod
+    def _retry_in_context(ctx, k, grid, stream, args, pdl, rc):
+        d = drv.get_driver()
+        if rc == drv.CUDA_ERROR_INVALID_CONTEXT or d.current_context() != ctx:
+            # This thread has no (or another device's) current context: launch inside ours.
+            d.check(d.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
+            try:
+                rc = k.launch(grid, stream, args, pdl)
+            finally:
+                d.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+        if rc:
+            raise LaunchError(f"launching {k.symbol} grid={grid} block={k.block}: {d.error_text(rc)}")

@@ -13,7 +13,8 @@ import threading
 
 import torch
 
-from tilekiln._runtime import checks, launch
+from tilekiln import config
+from tilekiln._runtime import MissingSpecializationError, _raw_stream, checks, launch, store
 
 OP = "topk_gate"
 PARAM_NAMES = ("experts_per_lane", "vector_loads")
@@ -68,8 +69,59 @@ def check_errors(device=None):
     _raise_pending(index)
 
 
+# Validated launch plans keyed on (experts, strides, device, K): a repeated call costs one
+# allocation, the error-word read and the launch.
+_plans = {}
+
+
+def _make_plan(scores, num_topk):
+    e = scores.shape[1]
+    device, index = scores.device, scores.device.index
+    epl = -(-e // 32)
+    kernels = {False: store().kernel(OP, PARAM_NAMES, (epl, False), index), True: None}
+    if epl % 4 == 0 and e % 4 == 0:
+        try:
+            kernels[True] = store().kernel(OP, PARAM_NAMES, (epl, True), index)
+        except MissingSpecializationError:
+            pass  # the scalar-load variant serves every alignment
+    words = _flag(index)
+    flag_ptr, state = words[0].data_ptr(), config._state
+
+    def run(scores):
+        t = scores.shape[0]
+        if words[1][0] or t == 0:
+            return None  # pending error or empty input: the general path handles it
+        ptr = scores.data_ptr()
+        kernel = kernels[ptr & 15 == 0] or kernels[False]
+        idx = torch.empty((t, num_topk), dtype=torch.int64, device=device)
+        kernel.launch(index, _raw_stream(index), (ptr, idx.data_ptr(), flag_ptr, t, e, e >> 2, num_topk),
+                      state["pdl"])
+        return idx
+
+    return run
+
+
 def topk_gate(scores, num_topk):
     """Indices [T, K] int64 of the K largest scores per row; ties go to the smaller expert index."""
+    if type(scores) is torch.Tensor and not _sync_checks[0]:
+        key = (scores.shape[1:], scores.stride(), scores.device, num_topk, type(num_topk))
+        plan = _plans.get(key)
+        if plan is not None:
+            idx = plan(scores)
+            if idx is not None:
+                return idx
+        else:
+            idx = _topk_gate_checked(scores, num_topk)
+            if scores.dim() == 2 and scores.shape[0] > 0 and scores.stride(1) == 1 and \
+                    scores.stride(0) == scores.shape[1]:
+                if len(_plans) > 4096:
+                    _plans.clear()
+                _plans[key] = _make_plan(scores, num_topk)
+            return idx
+    return _topk_gate_checked(scores, num_topk)
+
+
+def _topk_gate_checked(scores, num_topk):
     checks.tensor("scores", scores, (torch.float32,), ndim=2)
     t, e = scores.shape
     if not scores.is_contiguous():
@@ -87,6 +139,8 @@ def topk_gate(scores, num_topk):
     _raise_pending(dev)
     epl = -(-e // 32)
     vec = epl % 4 == 0 and e % 4 == 0 and scores.data_ptr() % 16 == 0
+    if vec and not store().has_variant(OP, PARAM_NAMES, (epl, True), dev):
+        vec = False  # the scalar-load variant serves every alignment
     flag = _flag(dev)[0]
     launch(OP, PARAM_NAMES, (epl, vec), scores.device,
            (scores.data_ptr(), idx.data_ptr(), flag.data_ptr(), t, e, e // 4, num_topk))
