@@ -1,14 +1,17 @@
 """topk_gate: the K highest scores per row, ties to the smaller expert (OPERATORS.md §3.1, §2.3).
 
 One warp per token. Lane L holds the contiguous experts [L*EPL, L*EPL + EPL),
-so "lowest lane among equal maxima" is also "smallest expert index", and a
-stable descending top-k needs only a max and a ballot per round:
+so "smallest expert index among equal maxima" is the minimum of lane*EPL + j
+over the lanes holding the maximum. Each round of the K rounds is:
 
-* scores become order-preserving int32 keys (-0.0 folded into +0.0 so that
-  keys tie exactly where floats compare equal), reduced with one
-  ``__reduce_max_sync`` instead of five shuffles;
-* the winning lane is the lowest set bit of ``ballot(best == max)``;
-* only the winner rescans its EPL registers.
+* the lanes' best scores as order-preserving int32 keys (-0.0 folded into +0.0,
+  so keys tie exactly where floats compare equal) -> one ``redux.max``;
+* the candidates' global expert indices -> one ``redux.min`` gives the winner;
+* only the winning lane rescans its EPL registers.
+
+Hopper runs 32-bit integer ops at half the FP32 rate, so everything per element
+(the rescans, finiteness) stays on the FP pipe: compares, fmax and selects of
+scores and of float-encoded local indices; integers appear once per round.
 
 Compile-time: experts per lane (EPL = ceil(E/32), so E up to 512) and whether
 rows load as float4. Runtime: token count, expert count, K (1..min(E, 32)).
@@ -41,15 +44,20 @@ def build(p, arch):
 
     del arch
     epl, vec = p["experts_per_lane"], bool(p["vector_loads"])
-    key_min = -(2**31)
+    neg_inf = T.float32(float("-inf"))
+    no_expert = 1 << 20  # larger than any expert index: loses every redux.min
+    magic = 8388608.0  # 2**23: adding it to a small integer-valued float puts the integer in the low bits
     scores_numel, idx_numel = T.dynamic("scores_numel, idx_numel")
 
     def order_key(x):
-        # Flip the magnitude bits of negatives so that signed int order equals float
-        # order; -0.0 maps to the key of +0.0 because the two compare equal.
-        bits = T.reinterpret("int32", x)
-        key = T.bitwise_xor(bits, T.bitwise_and(T.shift_right(bits, 31), T.int32(0x7FFFFFFF)))
-        return T.if_then_else(x == T.float32(0), T.int32(0), key)
+        # Flip the magnitude bits of negatives so that signed int order equals float order;
+        # __fadd_rn(x, 0) turns -0.0 into +0.0 (and is not folded away like x + 0.0).
+        bits = T.reinterpret("int32", T.call_extern("float32", "__fadd_rn", x, T.float32(0)))
+        return T.bitwise_xor(bits, T.bitwise_and(T.shift_right(bits, 31), T.int32(0x7FFFFFFF)))
+
+    def small_int(xf):
+        # float holding a small non-negative integer -> int32, without the quarter-rate cvt
+        return T.reinterpret("int32", xf + T.float32(magic)) - T.int32(0x4B000000)
 
     @T.prim_func
     def topk_gate(
@@ -67,10 +75,9 @@ def build(p, arch):
             token = bx * WARPS_PER_CTA + tx // 32
             base = lane * epl
             vals = T.alloc_local((epl,), "float32")
-            keys = T.alloc_local((epl,), "int32")
-            best = T.alloc_var("int32")
-            best_j = T.alloc_var("int32")
-            my_idx = T.alloc_var("int64")
+            best = T.alloc_var("float32")
+            best_j = T.alloc_var("float32")  # local index, float-encoded (FP-pipe selects)
+            my_idx = T.alloc_var("int32")
             bad = T.alloc_var("int32")
 
             T.pdl_sync()
@@ -83,19 +90,17 @@ def build(p, arch):
                                     (T.Cast("int64", token) * experts_div4 + lane * (epl // 4) + c) * 4 + i]
                         else:
                             for i in T.unroll(4):
-                                vals[c * 4 + i] = T.float32(0)
+                                vals[c * 4 + i] = neg_inf
                 else:
                     for j in T.unroll(epl):
-                        vals[j] = T.float32(0)
+                        vals[j] = neg_inf
                         if base + j < num_experts:
                             vals[j] = scores[T.Cast("int64", token) * num_experts + base + j]
+                # Every real score must be finite; padding slots hold -inf and are skipped.
                 bad = 0
                 for j in T.unroll(epl):
-                    keys[j] = key_min
-                    if base + j < num_experts:
-                        keys[j] = order_key(vals[j])
-                        if not T.isfinite(vals[j]):
-                            bad = 1
+                    if base + j < num_experts and not T.abs(vals[j]) < T.float32(float("inf")):
+                        bad = 1
                 out_row = T.Cast("int64", token) * num_topk
                 if T.any_sync(bad) != 0:
                     if lane == 0:
@@ -104,31 +109,32 @@ def build(p, arch):
                     if lane < num_topk:
                         topk_idx[out_row + lane] = T.int64(-1)
                 else:
-                    best = key_min
-                    best_j = 0
+                    best = neg_inf
+                    best_j = T.float32(0)
                     for j in T.unroll(epl):
-                        if keys[j] > best:
-                            best = keys[j]
-                            best_j = j
-                    my_idx = T.int64(0)
+                        if vals[j] > best:  # strict: the first of equal scores stays
+                            best = vals[j]
+                            best_j = T.float32(j)
+                    my_idx = 0
                     for k in T.serial(num_topk):
-                        top = T.call_extern("int32", "__reduce_max_sync", T.uint32(0xFFFFFFFF), best)
-                        src = T.__ffs(T.Cast("uint32", T.ballot_sync(best == top))) - 1
-                        pick = T.shfl_sync(best_j, src)
+                        top = T.call_extern("int32", "__reduce_max_sync", T.uint32(0xFFFFFFFF), order_key(best))
+                        mine = base + small_int(best_j)
+                        cand = T.if_then_else(order_key(best) == top, mine, T.int32(no_expert))
+                        winner = T.call_extern("int32", "__reduce_min_sync", T.uint32(0xFFFFFFFF), cand)
                         if lane == k:
-                            my_idx = T.Cast("int64", src * epl + pick)
-                        if lane == src:
+                            my_idx = winner
+                        if winner == mine:
                             for j in T.unroll(epl):
-                                if j == best_j:
-                                    keys[j] = key_min
-                            best = key_min
-                            best_j = 0
+                                if best_j == T.float32(j):
+                                    vals[j] = neg_inf
+                            best = neg_inf
+                            best_j = T.float32(0)
                             for j in T.unroll(epl):
-                                if keys[j] > best:
-                                    best = keys[j]
-                                    best_j = j
+                                if vals[j] > best:
+                                    best = vals[j]
+                                    best_j = T.float32(j)
                     if lane < num_topk:
-                        topk_idx[out_row + lane] = my_idx
+                        topk_idx[out_row + lane] = T.Cast("int64", my_idx)
             T.pdl_trigger()
 
     return topk_gate

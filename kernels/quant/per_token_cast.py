@@ -13,7 +13,7 @@ one 16-byte load. The lanes of a scale block (g/VEC of them, aligned) reduce
 their amax with xor shuffles; no shared memory, no block barrier.
 """
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed")
+PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
@@ -21,8 +21,8 @@ PASS_CONFIGS = {
     "tl.disable_safe_memory_legalize": True,
 }
 
-ROWS_PER_CTA = 4
 WARPS_PER_CTA = 4
+ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuning knob)
 FMT_MAX = {"e4m3": 448.0, "e2m1": 6.0}
 SF_STORAGE = {"fp32": "float32", "e4m3": "float8_e4m3fn", "ue8m0": "uint8"}
 
@@ -39,6 +39,8 @@ def invalid_reason(p):
         return "sf_kind must be fp32, e4m3 or ue8m0"
     if p["precomputed"] and p["sf_kind"] == "ue8m0":
         return "precomputed scales are fp32 or e4m3"
+    if p["rows"] not in ROW_CHOICES:
+        return f"rows must be one of {ROW_CHOICES}"
     return None
 
 
@@ -58,11 +60,11 @@ def build(p, arch):
     vec = elems_per_load(in_dtype)
     lanes_per_block = g // vec
     shuffle_steps = lanes_per_block.bit_length() - 1  # log2
-    spread = lanes_per_block >= ROWS_PER_CTA  # enough lanes per block to give each row its own
-    scalar_iters = 1 if spread else ROWS_PER_CTA
-    store_lanes = ROWS_PER_CTA if spread else 1
+    rows = p["rows"]
+    spread = lanes_per_block >= rows  # enough lanes per block to give each row its own
+    scalar_iters = 1 if spread else rows
+    store_lanes = rows if spread else 1
     seg = 32 * vec
-    rows = ROWS_PER_CTA
     fmt_max = FMT_MAX[fmt]
     # e4m3 is stored element-wise; e2m1 as one packed word per thread (vec nibbles).
     out_storage = "float8_e4m3fn" if fmt == "e4m3" else ("uint32" if vec == 8 else "uint16")
@@ -92,8 +94,9 @@ def build(p, arch):
             col_ok = col < hidden_div64 * 64
             kb = col // g
             sub = lane % lanes_per_block
-            v = T.alloc_local((rows, vec), "float32")
-            xl = T.alloc_local((vec,), in_dtype)
+            # Raw input stays in its own dtype (bf16: half the registers of fp32), so more rows'
+            # loads are in flight per thread; it is widened to fp32 where it is used.
+            xr = T.alloc_local((rows, vec), in_dtype)
             amax = T.alloc_local((rows,), "float32")
             my_amax = T.alloc_local((1,), "float32")
             inv = T.alloc_local((1,), "float32")
@@ -106,18 +109,16 @@ def build(p, arch):
                 row = bx * rows + r
                 if row < num_tokens and col_ok:
                     for i in T.vectorized(vec):
-                        xl[i] = x[T.Cast("int64", row) * x_stride_vec * vec + col + i]
-                    for i in T.unroll(vec):
-                        v[r, i] = T.Cast("float32", xl[i])
+                        xr[r, i] = x[T.Cast("int64", row) * x_stride_vec * vec + col + i]
                 else:
                     for i in T.unroll(vec):
-                        v[r, i] = T.float32(0)
+                        xr[r, i] = T.Cast(in_dtype, 0)
 
             if not precomputed:
                 for r in T.unroll(rows):
                     amax[r] = T.float32(0)
                     for i in T.unroll(vec):
-                        amax[r] = T.max(amax[r], T.abs(v[r, i]))
+                        amax[r] = T.max(amax[r], T.abs(T.Cast("float32", xr[r, i])))
                     for s in T.unroll(shuffle_steps):
                         amax[r] = T.max(amax[r], T.shfl_xor(amax[r], T.shift_right(lanes_per_block // 2, s)))
                     amax[r] = T.max(amax[r], clamp_min)
@@ -177,13 +178,14 @@ def build(p, arch):
                     if row < num_tokens and col_ok:
                         if fmt == "e4m3":
                             for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
-                                ql[i] = T.Cast("float8_e4m3fn", v[r, i] * sf_inv[r])
+                                ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * sf_inv[r])
                             for i in T.vectorized(vec):
                                 out[T.Cast("int64", row) * out_stride_unit * vec + col + i] = ql[i]
                         else:
                             word = T.uint32(0)
                             for i in T.unroll(vec):
-                                word = T.bitwise_or(word, T.shift_left(e2m1_code(v[r, i] * sf_inv[r]), T.uint32(4 * i)))
+                                y = T.Cast("float32", xr[r, i]) * sf_inv[r]
+                                word = T.bitwise_or(word, T.shift_left(e2m1_code(y), T.uint32(4 * i)))
                             out[T.Cast("int64", row) * out_stride_unit + col // vec] = T.Cast(out_storage, word)
             T.pdl_trigger()
 

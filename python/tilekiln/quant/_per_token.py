@@ -10,7 +10,9 @@ from tilekiln import config
 from tilekiln._runtime import _raw_stream, checks, launch, store
 
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed")
+PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
+# Rows per thread, tuned on the H200 (benchmarks/bench_tuning.py); the default manifest builds these.
+ROWS = {torch.bfloat16: 8, torch.float32: 4}
 FORMATS = ("e4m3", "e2m1")
 CHANNEL_BLOCKS = (16, 32, 64, 128)
 _IN_DTYPES = (torch.bfloat16, torch.float32)
@@ -113,7 +115,7 @@ def _run(x, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, vec):
         return
     unit = vec if fmt == "e4m3" else vec // 2
     sf_t, sf_k = _sf_strides(sf, kind == "ue8m0")
-    values = (x.dtype == torch.bfloat16 and "bfloat16" or "float32", fmt, g, kind, precomputed)
+    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, precomputed, ROWS[x.dtype])
     args = (x.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), t, h // 64, x.stride(0) // vec,
             (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf), int(write_data), clamp)
     launch(OP, PARAM_NAMES, values, x.device, args)
@@ -130,11 +132,12 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     vec = 8 if x.dtype == torch.bfloat16 else 4
     kind = _sf_kind(e4m3sf, packed)
     h = x.shape[1]
-    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, False)
+    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, False, ROWS[x.dtype])
     device, index = x.device, x.device.index
     kernel = store().kernel(OP, PARAM_NAMES, values, index)
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
     k_blocks = _ceil_div(h, g)
+    sf_cols = _ceil_div(k_blocks, 4) if packed else k_blocks
     sf_dtype = _SF_DTYPE[kind]
     x_stride_vec, out_stride_unit = x.stride(0) // vec, q_width // (vec if fmt == "e4m3" else vec // 2)
     clamp_key, state = (fmt, e4m3sf), config._state
@@ -147,7 +150,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
             return None  # the general path reports misalignment and handles empty inputs
         q = torch.empty((t, q_width), dtype=q_dtype, device=device)
         if row_major_sf:
-            sf = torch.empty((t, k_blocks), dtype=sf_dtype, device=device)
+            sf = torch.empty((t, sf_cols), dtype=sf_dtype, device=device)
         else:
             sf = _sf_storage(t, k_blocks, sf_dtype, col, device, packed)
         sf_t, sf_k = _sf_strides(sf, packed)
