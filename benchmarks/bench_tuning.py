@@ -1,4 +1,4 @@
-"""Tuning sweep: per_token_cast rows-per-thread variants (manifests/experiment-rows.toml).
+"""Tuning sweep (manifests/experiment-rows.toml): per_token_cast rows per thread, topk_gate round variants.
 
     TILEKILN_KERNEL_DIR=<store built from the experiment manifest> python benchmarks/bench_tuning.py --out t.json
 """
@@ -36,6 +36,16 @@ def main():
                             "time_us": round(t, 2), "pct_of_copy": round(100 * moved / t / 1e3 / ceiling, 1),
                             "bit_exact": exact})
                 print(json.dumps(rec[-1]))
+    from tilekiln.moe import _topk
+    for impl in ("branch", "uniform", "shuffle"):
+        _topk.ROUND_IMPL = impl
+        _topk._plans.clear()
+        for t, k in ((16384, 8), (16384, 1), (16384, 32), (128, 8)):
+            s = torch.randn(t, 256, device="cuda")
+            exact = torch.equal(tilekiln.moe.topk_gate(s, k), tilekiln.torch.stable_topk(s, k))
+            rec.append({"name": "topk_gate", "round_impl": impl, "T": t, "E": 256, "K": k, "bit_exact": exact,
+                        "time_us": round(graph_time_us(lambda: tilekiln.moe.topk_gate(s, k)), 2)})
+            print(json.dumps(rec[-1]))
     with open(args.out, "w") as f:
         json.dump(rec, f, indent=1)
 

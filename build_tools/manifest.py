@@ -24,6 +24,7 @@ from pathlib import Path
 KERNEL_MODULES = {
     "per_token_cast": "kernels.quant.per_token_cast",
     "topk_gate": "kernels.moe.topk_gate",
+    "selftest_tma_copy": "kernels.selftest.tma_copy",
 }
 SUPPORTED_ARCHES = ("sm_90a", "sm_100a")
 

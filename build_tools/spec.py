@@ -39,9 +39,18 @@ def _free_names(e):
     return names
 
 
+def _names_in(expr_text):
+    import ast
+    if expr_text.lstrip("-").isdigit():
+        return set()
+    return {n.id for n in ast.walk(ast.parse(expr_text, mode="eval")) if isinstance(n, ast.Name)}
+
+
 def _primfunc_params(prim_func):
-    """PrimFunc parameters in Python order: buffers (by data var) and scalars."""
-    params, data_var_to_index = [], {}
+    """Launch arguments: the PrimFunc's parameters in Python order (buffers by data var,
+    scalars), then the dynamic shape symbols of its buffers (``kind: symbol``, with the
+    buffer parameter and dimension the caller reads them from)."""
+    params, data_var_to_index, seen = [], {}, set()
     for i, p in enumerate(prim_func.params):
         if p in prim_func.buffer_map:
             buf = prim_func.buffer_map[p]
@@ -49,6 +58,16 @@ def _primfunc_params(prim_func):
             data_var_to_index[buf.data.name] = i
         else:
             params.append({"name": p.name, "kind": "scalar", "ctype": str(p.dtype)})
+            seen.add(p.name)
+    for i, p in enumerate(prim_func.params):
+        if p in prim_func.buffer_map:
+            buf = prim_func.buffer_map[p]
+            for field, values in (("dim", buf.shape), ("stride", buf.strides)):
+                for d, v in enumerate(values):
+                    if isinstance(v, tirx.Var) and v.name not in seen:
+                        seen.add(v.name)
+                        params.append({"name": v.name, "kind": "symbol", "ctype": str(v.dtype), "param": i,
+                                       field: d})
     return params, data_var_to_index
 
 
@@ -96,12 +115,18 @@ def _tensormaps(host_func, data_var_to_index):
 def extract(prim_func, artifact):
     """Launch spec (a JSON-able dict) of a lowered artifact."""
     params, data_var_to_index = _primfunc_params(prim_func)
-    scalar_names = {p["name"] for p in params if p["kind"] == "scalar"}
+    scalar_names = {p["name"] for p in params if p["kind"] != "buffer"}
     host_funcs = list(artifact.host_mod.functions.values())
     if len(host_funcs) != 1:
         raise SpecError(f"expected one host function, found {len(host_funcs)}")
     host = host_funcs[0]
     tensormaps = _tensormaps(host, data_var_to_index)
+    for name, tm in tensormaps.items():
+        for field in ("global_dim", "global_stride_bytes", "box_dim", "element_strides"):
+            unknown = set().union(*(_names_in(str(e)) for e in tm[field])) - scalar_names
+            if unknown:
+                raise SpecError(f"TMA descriptor {name}: {field} depends on {sorted(unknown)}, which the "
+                                "loader cannot bind (not a scalar parameter or buffer shape symbol)")
     calls = {str(c[0].value): c for c in _packed_calls(host)}
 
     kernels = []
@@ -131,7 +156,7 @@ def extract(prim_func, artifact):
             unknown = _free_names(ext) - scalar_names
             if unknown:
                 raise SpecError(f"{symbol}: launch dimension {tag} depends on {sorted(unknown)}, "
-                                "which are not scalar parameters; pass them as scalars")
+                                "which are neither scalar parameters nor buffer shape symbols")
         if any(not isinstance(b, int) for b in block):
             raise SpecError(f"{symbol}: block dims must be constants, got {block}")
         kernels.append({

@@ -20,7 +20,12 @@ the row's indices become -1 and the token is recorded in ``err`` (host-mapped
 memory) for the Python side to raise on.
 """
 OP = "topk_gate"
-PARAM_NAMES = ("experts_per_lane", "vector_loads")
+PARAM_NAMES = ("experts_per_lane", "vector_loads", "round_impl")
+# How a round finds the maximum and updates the winner (a tuning knob, same results):
+#   branch:  redux.max of order keys, only the winning lane rescans (divergent branch)
+#   uniform: redux.max, every lane runs the (predicated) rescan: no divergence
+#   shuffle: butterfly fmax over 5 xor shuffles instead of redux.max, uniform rescan
+ROUND_IMPLS = ("branch", "uniform", "shuffle")
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
@@ -36,6 +41,8 @@ def invalid_reason(p):
         return f"experts_per_lane must be in 1..{MAX_EXPERTS_PER_LANE}"
     if p["vector_loads"] and epl % 4:
         return "vector_loads needs experts_per_lane % 4 == 0"
+    if p["round_impl"] not in ROUND_IMPLS:
+        return f"round_impl must be one of {ROUND_IMPLS}"
     return None
 
 
@@ -43,7 +50,7 @@ def build(p, arch):
     import tilelang.language as T
 
     del arch
-    epl, vec = p["experts_per_lane"], bool(p["vector_loads"])
+    epl, vec, impl = p["experts_per_lane"], bool(p["vector_loads"]), p["round_impl"]
     neg_inf = T.float32(float("-inf"))
     no_expert = 1 << 20  # larger than any expert index: loses every redux.min
     magic = 8388608.0  # 2**23: adding it to a small integer-valued float puts the integer in the low bits
@@ -79,6 +86,7 @@ def build(p, arch):
             best_j = T.alloc_var("float32")  # local index, float-encoded (FP-pipe selects)
             my_idx = T.alloc_var("int32")
             bad = T.alloc_var("int32")
+            top_f = T.alloc_local((1,), "float32")
 
             T.pdl_sync()
             if token < num_tokens:
@@ -99,7 +107,7 @@ def build(p, arch):
                 # Every real score must be finite; padding slots hold -inf and are skipped.
                 bad = 0
                 for j in T.unroll(epl):
-                    if base + j < num_experts and not T.abs(vals[j]) < T.float32(float("inf")):
+                    if base + j < num_experts and not T.isfinite(vals[j]):
                         bad = 1
                 out_row = T.Cast("int64", token) * num_topk
                 if T.any_sync(bad) != 0:
@@ -117,15 +125,33 @@ def build(p, arch):
                             best_j = T.float32(j)
                     my_idx = 0
                     for k in T.serial(num_topk):
-                        top = T.call_extern("int32", "__reduce_max_sync", T.uint32(0xFFFFFFFF), order_key(best))
                         mine = base + small_int(best_j)
-                        cand = T.if_then_else(order_key(best) == top, mine, T.int32(no_expert))
+                        if impl == "shuffle":
+                            top_f[0] = best
+                            for s in T.unroll(5):
+                                top_f[0] = T.max(top_f[0], T.shfl_xor(top_f[0], T.shift_right(16, s)))
+                            cand = T.if_then_else(best == top_f[0], mine, T.int32(no_expert))
+                        else:
+                            top = T.call_extern("int32", "__reduce_max_sync", T.uint32(0xFFFFFFFF), order_key(best))
+                            cand = T.if_then_else(order_key(best) == top, mine, T.int32(no_expert))
                         winner = T.call_extern("int32", "__reduce_min_sync", T.uint32(0xFFFFFFFF), cand)
                         if lane == k:
                             my_idx = winner
-                        if winner == mine:
+                        if impl == "branch":
+                            if winner == mine:
+                                for j in T.unroll(epl):
+                                    if best_j == T.float32(j):
+                                        vals[j] = neg_inf
+                                best = neg_inf
+                                best_j = T.float32(0)
+                                for j in T.unroll(epl):
+                                    if vals[j] > best:
+                                        best = vals[j]
+                                        best_j = T.float32(j)
+                        else:
+                            # Only the winner's registers change, so every lane may rescan: no divergence.
                             for j in T.unroll(epl):
-                                if best_j == T.float32(j):
+                                if winner == mine and best_j == T.float32(j):
                                     vals[j] = neg_inf
                             best = neg_inf
                             best_j = T.float32(0)

@@ -52,7 +52,7 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
 
-    from kernels.common.numerics import e2m1_code, pow2, round_sf_exponent
+    from kernels.common.numerics import e2m1_pack, pow2, round_sf_exponent
 
     del arch
     in_dtype, fmt, g = p["in_dtype"], p["fmt"], p["num_per_channels"]
@@ -102,7 +102,6 @@ def build(p, arch):
             inv = T.alloc_local((1,), "float32")
             sf_inv = T.alloc_local((rows,), "float32")
             ql = T.alloc_local((vec,), "float8_e4m3fn")
-            word = T.alloc_var("uint32")
 
             T.pdl_sync()
             for r in T.unroll(rows):
@@ -182,10 +181,7 @@ def build(p, arch):
                             for i in T.vectorized(vec):
                                 out[T.Cast("int64", row) * out_stride_unit * vec + col + i] = ql[i]
                         else:
-                            word = T.uint32(0)
-                            for i in T.unroll(vec):
-                                y = T.Cast("float32", xr[r, i]) * sf_inv[r]
-                                word = T.bitwise_or(word, T.shift_left(e2m1_code(y), T.uint32(4 * i)))
+                            word = e2m1_pack([T.Cast("float32", xr[r, i]) * sf_inv[r] for i in range(vec)])
                             out[T.Cast("int64", row) * out_stride_unit + col // vec] = T.Cast(out_storage, word)
             T.pdl_trigger()
 

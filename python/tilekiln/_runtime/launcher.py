@@ -118,7 +118,7 @@ def _attr_arrays(attr_sets):
 class DeviceKernel:
     """One __global__ of a loaded module on one device."""
 
-    def __init__(self, kspec, function, param_names):
+    def __init__(self, kspec, function, param_names, tensormaps=None):
         self.symbol = kspec["symbol"]
         self.function = function
         self.layout = _ArgLayout(kspec["args"])
@@ -133,6 +133,9 @@ class DeviceKernel:
         pdl = [(drv.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, (1,))] if kspec.get("pdl") else []
         self.attr_sets = {False: base, True: base + pdl}
         self.tls = threading.local()
+        # TMA descriptors hold the tensor's address and sizes, so they are encoded per call.
+        self.tensormaps = [(offset, _TensorMapEncoder(tensormaps[desc], param_names))
+                           for offset, desc in self.layout.tensormap_slots]
         if _shim_launch is not None and len(self.layout.offsets) <= 64 and not self.layout.tensormap_slots:
             self._shim = self._shim_descriptor()
             self.launch = self._launch_shim
@@ -162,6 +165,8 @@ class DeviceKernel:
         st = self.state()
         lay = self.layout
         lay.struct.pack_into(st.params_view, 0, *[args[i] for i in lay.sources])
+        for offset, encoder in self.tensormaps:
+            encoder.encode(st.params + offset, args)
         _, attrs_addr, nattrs = st.attrs[pdl]
         _CONFIG.pack_into(st.config_view, 0, grid[0], grid[1], grid[2], *self.block, self.smem, stream,
                           attrs_addr, nattrs)
@@ -175,6 +180,32 @@ class DeviceKernel:
             return self.tls.s
 
 
+class _TensorMapEncoder:
+    """cuTensorMapEncodeTiled for one descriptor of the spec, straight into the parameter buffer."""
+
+    def __init__(self, tm, param_names):
+        self.tm = tm
+        self.rank = tm["rank"]
+        self.dims = compile_tuple(tm["global_dim"], param_names)
+        self.strides = compile_tuple(tm["global_stride_bytes"], param_names) if tm["global_stride_bytes"] else None
+        self.box = compile_tuple(tm["box_dim"], param_names)
+        self.elem = compile_tuple(tm["element_strides"], param_names)
+
+    def encode(self, address, args):
+        r = self.rank
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        dims = (u64 * r)(*self.dims(args))
+        strides = (u64 * max(r - 1, 1))(*(self.strides(args) if self.strides else (0,)))
+        box = (u32 * r)(*self.box(args))
+        elem = (u32 * r)(*self.elem(args))
+        tm = self.tm
+        d = drv.get_driver()
+        rc = d.cuTensorMapEncodeTiled(address, tm["dtype_enum"], r, args[tm["param"]], dims, strides, box, elem,
+                                      tm["interleave"], tm["swizzle"], tm["l2_promotion"], tm["oob_fill"])
+        if rc:
+            raise LaunchError(f"cuTensorMapEncodeTiled(dims={list(dims)}, box={list(box)}): {d.error_text(rc)}")
+
+
 class CompiledKernel:
     """A cubin + spec; modules load lazily per device, under a lock, once."""
 
@@ -185,9 +216,6 @@ class CompiledKernel:
         self.param_names = [p["name"] for p in self.spec["params"]]
         self._devices = {}
         self._lock = threading.Lock()
-        if self.spec.get("tensormaps"):
-            raise LaunchError(f"{entry['key']}: TMA descriptors need tensor arguments; "
-                              "this loader build launches pointer/scalar kernels only")
 
     def _read_cubin(self):
         with open(self.cubin_path, "rb") as f:
@@ -233,11 +261,21 @@ class CompiledKernel:
                 if cluster[0] * (cluster[1] if len(cluster) > 1 else 1) * (cluster[2] if len(cluster) > 2 else 1) > 8:
                     d.check(d.cuFuncSetAttribute(fn, drv.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                             "allowing a non-portable cluster size")
-                out.append(DeviceKernel(k, fn.value, self.param_names))
+                out.append(DeviceKernel(k, fn.value, self.param_names, self.spec.get("tensormaps") or {}))
         finally:
             if pushed:
                 d.check(d.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
         return (ctx, out)
+
+    def bind(self, *values):
+        """Launch arguments from PrimFunc-ordered values: tensors for buffers (their data
+        pointers, and their sizes/strides for the buffers' shape symbols), numbers for scalars."""
+        params = self.spec["params"]
+        out = [v.data_ptr() if p["kind"] == "buffer" else v for p, v in zip(params, values)]
+        for p in params[len(values):]:
+            t = values[p["param"]]
+            out.append(t.shape[p["dim"]] if "dim" in p else t.stride(p["stride"]))
+        return tuple(out)
 
     def launch(self, device_index, stream, args, pdl=False):
         """Launch every kernel of the module; ``args`` are in PrimFunc parameter order
