@@ -4,6 +4,9 @@
   python -m build_tools lower   --manifest M --arch sm_90a --gen-dir G --stamp S
   python -m build_tools package --manifest M --gen-dir G --out-dir O [--arches ...]
   python -m build_tools build   --manifest M --out-dir O [--arches ...] [-j N]   (no CMake: lower + ninja + package)
+  python -m build_tools nvcc    --arch A --cu K.cu --out K.cubin [--include -I...]  (one cached compile)
+
+Lowered sources and cubins go through the content-addressed cache of build_tools/cache.py.
 """
 import argparse
 import os
@@ -13,7 +16,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from build_tools import manifest, toolchain
+from build_tools import cache, manifest, toolchain
 
 
 def _plan(args):
@@ -29,9 +32,8 @@ def _cmake_list(items):
 
 def cmd_plan(args):
     arches, variants = _plan(args)
+    toolchain.find_nvcc()  # fail at configure time, with the install hint, if there is no nvcc
     lines = [f"set(TK_ARCH_LIST \"{_cmake_list(arches)}\")",
-             f"set(TK_NVCC \"{toolchain.find_nvcc()}\")",
-             f"set(TK_NVCC_FLAGS \"{_cmake_list(toolchain.NVCC_FLAGS)}\")",
              f"set(TK_INCLUDE_FLAGS \"{_cmake_list('-I' + d for d in toolchain.tilelang_include_dirs())}\")",
              f"set(TK_STEMS \"{_cmake_list(v.stem for v in variants)}\")"]
     Path(args.cmake_out).write_text("\n".join(lines) + "\n")
@@ -56,6 +58,48 @@ def cmd_package(args):
     from build_tools import package
     arches, variants = _plan(args)
     package.package(args.gen_dir, args.out_dir, {a: [v.stem for v in variants] for a in arches}, args.manifest)
+
+
+def _cubin_key(cu, arch):
+    return cache.cubin_key(cu.read_bytes(), arch, toolchain.nvcc_version(), toolchain.NVCC_FLAGS)
+
+
+def _cubins_from_cache(gen, arches, stems):
+    """Place cached cubins next to their sources (newer than the .cu, so ninja skips them)."""
+    n = 0
+    for a in arches:
+        for s in stems:
+            cu, cubin = gen / f"{s}.{a}.cu", gen / f"{s}.{a}.cubin"
+            if cubin.exists() and cubin.stat().st_mtime >= cu.stat().st_mtime:
+                continue
+            data = cache.get(_cubin_key(cu, a), "kernel.cubin")
+            if data is not None:
+                cubin.write_bytes(data)
+                n += 1
+    return n
+
+
+def _cubins_to_cache(gen, arches, stems):
+    for a in arches:
+        for s in stems:
+            cu = gen / f"{s}.{a}.cu"
+            key = _cubin_key(cu, a)
+            if cache.get(key, "kernel.cubin") is None:
+                cache.put(key, "kernel.cubin", (gen / f"{s}.{a}.cubin").read_bytes())
+
+
+def cmd_nvcc(args):
+    """One cached nvcc compile (the CMake build's per-kernel rule)."""
+    cu, out = Path(args.cu), Path(args.out)
+    key = _cubin_key(cu, args.arch)
+    data = cache.get(key, "kernel.cubin")
+    if data is None:
+        incs = args.include or [f"-I{d}" for d in toolchain.tilelang_include_dirs()]
+        subprocess.run([toolchain.find_nvcc(), *toolchain.NVCC_FLAGS, f"-arch={args.arch}", *incs,
+                        "-o", str(out), str(cu)], check=True)
+        cache.put(key, "kernel.cubin", out.read_bytes())
+    else:
+        out.write_bytes(data)
 
 
 def _write_ninja(path, gen_dir, arches, stems):
@@ -83,10 +127,14 @@ def cmd_build(args):
     if failed:
         sys.exit(f"{len(failed)} variant(s) failed to lower")
     t1 = time.time()
-    _write_ninja(gen / "build.ninja", gen, arches, [v.stem for v in variants])
+    stems = [v.stem for v in variants]
+    cached = _cubins_from_cache(gen, arches, stems)
+    _write_ninja(gen / "build.ninja", gen, arches, stems)
     ninja = os.environ.get("NINJA", "ninja")
     subprocess.run([ninja, "-C", str(gen), f"-j{args.jobs or os.cpu_count()}"], check=True)
+    _cubins_to_cache(gen, arches, stems)
     t2 = time.time()
+    print(f"build: {cached} of {len(stems) * len(arches)} cubins from the build cache")
     package.package(gen, args.out_dir, {a: [v.stem for v in variants] for a in arches}, args.manifest)
     print(f"build: {len(variants) * len(arches)} cubins; lower {t1 - t0:.1f}s, nvcc {t2 - t1:.1f}s, "
           f"total {time.time() - t0:.1f}s")
@@ -96,7 +144,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m build_tools", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    for name, fn in (("plan", cmd_plan), ("lower", cmd_lower), ("package", cmd_package), ("build", cmd_build)):
+    for name, fn in (("plan", cmd_plan), ("lower", cmd_lower), ("package", cmd_package), ("build", cmd_build),
+                     ("nvcc", cmd_nvcc)):
         sp = sub.add_parser(name)
         sp.set_defaults(fn=fn)
         sp.add_argument("--manifest", default=str(manifest.default_manifest_path()))
@@ -110,6 +159,10 @@ def main(argv=None):
     sub.choices["build"].add_argument("--out-dir", required=True)
     sub.choices["build"].add_argument("--gen-dir")
     sub.choices["build"].add_argument("-j", "--jobs", type=int)
+    sub.choices["nvcc"].add_argument("--arch", required=True, choices=manifest.SUPPORTED_ARCHES)
+    sub.choices["nvcc"].add_argument("--cu", required=True)
+    sub.choices["nvcc"].add_argument("--out", required=True)
+    sub.choices["nvcc"].add_argument("--include", action="append", help="-I<dir> flags (default: tilelang's)")
     args = p.parse_args(argv)
     args.fn(args)
 

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from build_tools import manifest, spec
+from build_tools import cache, manifest, spec
 
 
 def _write_if_changed(path, text):
@@ -47,16 +47,27 @@ def lower_variant(variant, arch):
 def lower_all(variants, arch, out_dir, log=print):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    failures = []
+    failures, hits = [], 0
     for i, v in enumerate(variants):
         t0 = time.time()
-        try:
-            src, launch = lower_variant(v, arch)
-        except Exception as e:  # report every failing variant with the spec that produced it
-            failures.append((v, e))
-            log(f"[{arch}] FAILED {v.key}: {type(e).__name__}: {e}")
-            continue
+        key = cache.lower_key(v, arch, manifest.kernel_module(v.op).__file__)
+        src, launch_json = cache.get(key, "kernel.cu"), cache.get(key, "spec.json")
+        if src is not None and launch_json is not None:
+            src, launch_json = src.decode(), launch_json.decode()
+            hits += 1
+        else:
+            try:
+                src, launch = lower_variant(v, arch)
+            except Exception as e:  # report every failing variant with the spec that produced it
+                failures.append((v, e))
+                log(f"[{arch}] FAILED {v.key}: {type(e).__name__}: {e}")
+                continue
+            launch_json = json.dumps(launch, indent=1, sort_keys=True)
+            cache.put(key, "kernel.cu", src)
+            cache.put(key, "spec.json", launch_json)
+            log(f"[{arch}] {i + 1}/{len(variants)} lowered {v.key} in {time.time() - t0:.2f}s")
         _write_if_changed(out_dir / f"{v.stem}.{arch}.cu", src)
-        _write_if_changed(out_dir / f"{v.stem}.{arch}.json", json.dumps(launch, indent=1, sort_keys=True))
-        log(f"[{arch}] {i + 1}/{len(variants)} lowered {v.key} in {time.time() - t0:.2f}s")
+        _write_if_changed(out_dir / f"{v.stem}.{arch}.json", launch_json)
+    if hits:
+        log(f"[{arch}] {hits}/{len(variants)} taken from the build cache")
     return failures

@@ -55,7 +55,7 @@ def _gather(words, selector):
 def e2m1_pack(ys):
     """Pack 8 (or 4) fp32 values into one uint32 (uint16) of e2m1 nibbles, element 2j low.
 
-    Codes are byte-gathered from the rounded FP32 bits and sign masks from the
+    Codes are byte-gathered from the rounded FP32 bits and sign bits from the
     values' top bytes with ``__byte_perm`` (one PRMT per pair of elements), so the
     per-element integer work is about two ops instead of five.
     """
@@ -67,9 +67,9 @@ def e2m1_pack(ys):
         signs += [T.uint32(0), T.uint32(0)] * 2
     even_codes = _gather(codes[0::2], 0x0040)  # low byte of each even element
     odd_codes = _gather(codes[1::2], 0x0040)
-    # selector nibble 0xB / 0xF: byte 3 of the first / second word with its sign bit replicated
-    even_signs = _gather(signs[0::2], 0x00FB)
-    odd_signs = _gather(signs[1::2], 0x00FB)
-    sign_bits = T.bitwise_or(T.bitwise_and(even_signs, T.uint32(0x08080808)),
-                             T.bitwise_and(odd_signs, T.uint32(0x80808080)))
+    # Top byte of each value (its bit 7 is the sign; __byte_perm has no sign-replicate mode).
+    even_tops = _gather(signs[0::2], 0x0073)
+    odd_tops = _gather(signs[1::2], 0x0073)
+    sign_bits = T.bitwise_or(T.bitwise_and(T.shift_right(even_tops, T.uint32(4)), T.uint32(0x08080808)),
+                             T.bitwise_and(odd_tops, T.uint32(0x80808080)))
     return T.bitwise_or(T.bitwise_or(even_codes, T.shift_left(odd_codes, T.uint32(4))), sign_bits)

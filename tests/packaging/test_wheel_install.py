@@ -50,12 +50,15 @@ def test_fresh_venv_without_toolchain_imports_and_lists(wheel, tmp_path):
     code = ("import sys, importlib.util; sys.path[:0] = [%r]; sys.path.append(%r); "
             "assert importlib.util.find_spec('tilelang') is None and importlib.util.find_spec('tvm') is None; "
             "import shutil; assert shutil.which('nvcc') is None; "
-            "import tilekiln; ks = tilekiln.list_kernels(); print(len(ks), sorted({k[1] for k in ks}))"
+            "import tilekiln, tilekiln.__main__; tilekiln.__main__.info(); "
+            "ks = tilekiln.list_kernels(); print(len(ks), sorted({k[1] for k in ks}))"
             ) % (str(target), _torch_only_path(site, tmp_path))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run([str(venv / "bin" / "python"), "-I", "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split()[0] == "18" and "sm_90a" in out.stdout and "sm_100a" in out.stdout
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.split()[0] == "18" and "sm_90a" in last and "sm_100a" in last, out.stdout
+    assert "built with: tilelang 0.1.15" in out.stdout and "per_token_cast" in out.stdout
 
 
 def _torch_only_path(site, tmp_path):

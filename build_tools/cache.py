@@ -1,0 +1,71 @@
+"""Content-addressed build cache: lowered sources and cubins keyed on what determines them.
+
+Keys hash contents, never paths or timestamps: the kernel module's source and the
+shared kernel/extractor sources, the variant's parameters, the arch, the toolchain
+versions and the nvcc flags. A rebuild in another directory, a CMake wheel build
+and ``python -m build_tools build`` all share one cache, so an unchanged kernel is
+lowered and compiled once per machine. Writes are atomic (temp file + rename).
+
+Location: $TILEKILN_BUILD_CACHE, else ~/.cache/tilekiln/build; TILEKILN_BUILD_CACHE=off disables it.
+"""
+import functools
+import hashlib
+import importlib.metadata
+import os
+import tempfile
+from pathlib import Path
+
+CACHE_VERSION = "1"
+_ROOT = Path(__file__).resolve().parent.parent
+# Sources every lowering depends on besides the kernel's own module.
+_SHARED_SOURCES = ("build_tools/spec.py", "build_tools/lower.py")
+
+
+def cache_dir():
+    configured = os.environ.get("TILEKILN_BUILD_CACHE")
+    if configured == "off":
+        return None
+    return Path(configured) if configured else Path.home() / ".cache" / "tilekiln" / "build"
+
+
+@functools.cache
+def _shared_digest():
+    h = hashlib.sha256()
+    paths = [_ROOT / p for p in _SHARED_SOURCES] + sorted((_ROOT / "kernels" / "common").glob("*.py"))
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update(importlib.metadata.version("tilelang").encode())
+    return h.hexdigest()
+
+
+def lower_key(variant, arch, module_file):
+    h = hashlib.sha256(f"lower:{CACHE_VERSION}:{variant.key}:{arch}:{_shared_digest()}".encode())
+    h.update(Path(module_file).read_bytes())
+    return h.hexdigest()
+
+
+def cubin_key(cu_text, arch, nvcc_version, flags):
+    h = hashlib.sha256(f"cubin:{CACHE_VERSION}:{arch}:{nvcc_version}:{' '.join(flags)}:".encode())
+    h.update(importlib.metadata.version("tilelang").encode())  # the included templates
+    h.update(cu_text.encode() if isinstance(cu_text, str) else cu_text)
+    return h.hexdigest()
+
+
+def get(key, name):
+    d = cache_dir()
+    if d is None:
+        return None
+    path = d / key[:2] / key / name
+    return path.read_bytes() if path.exists() else None
+
+
+def put(key, name, data):
+    d = cache_dir()
+    if d is None:
+        return
+    folder = d / key[:2] / key
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+    os.replace(tmp, folder / name)
