@@ -25,7 +25,9 @@ PARAM_NAMES = ("experts_per_lane", "vector_loads", "round_impl")
 #   branch:  redux.max of order keys, only the winning lane rescans (divergent branch)
 #   uniform: redux.max, every lane runs the (predicated) rescan: no divergence
 #   shuffle: butterfly fmax over 5 xor shuffles instead of redux.max, uniform rescan
-ROUND_IMPLS = ("branch", "uniform", "shuffle")
+#   sorted:  each lane sorts its EPL scores once (stable odd-even transposition); a round
+#            then only shifts the winner's list by one instead of rescanning it
+ROUND_IMPLS = ("branch", "uniform", "shuffle", "sorted")
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
@@ -87,6 +89,9 @@ def build(p, arch):
             my_idx = T.alloc_var("int32")
             bad = T.alloc_var("int32")
             top_f = T.alloc_local((1,), "float32")
+            idxf = T.alloc_local((epl,), "float32")  # local indices riding along the sorted scores
+            swap = T.alloc_local((1,), "float32")
+            nonfinite = T.alloc_local((1,), "float32")
 
             T.pdl_sync()
             if token < num_tokens:
@@ -104,11 +109,13 @@ def build(p, arch):
                         vals[j] = neg_inf
                         if base + j < num_experts:
                             vals[j] = scores[T.Cast("int64", token) * num_experts + base + j]
-                # Every real score must be finite; padding slots hold -inf and are skipped.
-                bad = 0
+                # Every real score must be finite: x * 0 is 0 for finite x and NaN for inf/NaN, so
+                # one FMA per score accumulates the check (padding slots hold -inf and are skipped).
+                nonfinite[0] = T.float32(0)
                 for j in T.unroll(epl):
-                    if base + j < num_experts and not T.isfinite(vals[j]):
-                        bad = 1
+                    if base + j < num_experts:
+                        nonfinite[0] = T.call_extern("float32", "__fmaf_rn", vals[j], T.float32(0), nonfinite[0])
+                bad = T.if_then_else(T.isnan(nonfinite[0]), 1, 0)
                 out_row = T.Cast("int64", token) * num_topk
                 if T.any_sync(bad) != 0:
                     if lane == 0:
@@ -119,10 +126,27 @@ def build(p, arch):
                 else:
                     best = neg_inf
                     best_j = T.float32(0)
-                    for j in T.unroll(epl):
-                        if vals[j] > best:  # strict: the first of equal scores stays
-                            best = vals[j]
-                            best_j = T.float32(j)
+                    if impl == "sorted":
+                        for j in T.unroll(epl):
+                            idxf[j] = T.float32(j)
+                        # Odd-even transposition sort, descending; adjacent swaps on strict > keep it stable.
+                        for step in T.unroll(epl):
+                            for i in T.unroll(epl // 2):
+                                j = i * 2 + step % 2
+                                if j + 1 < epl and vals[j + 1] > vals[j]:
+                                    swap[0] = vals[j]
+                                    vals[j] = vals[j + 1]
+                                    vals[j + 1] = swap[0]
+                                    swap[0] = idxf[j]
+                                    idxf[j] = idxf[j + 1]
+                                    idxf[j + 1] = swap[0]
+                        best = vals[0]
+                        best_j = idxf[0]
+                    else:
+                        for j in T.unroll(epl):
+                            if vals[j] > best:  # strict: the first of equal scores stays
+                                best = vals[j]
+                                best_j = T.float32(j)
                     my_idx = 0
                     for k in T.serial(num_topk):
                         mine = base + small_int(best_j)
@@ -137,7 +161,15 @@ def build(p, arch):
                         winner = T.call_extern("int32", "__reduce_min_sync", T.uint32(0xFFFFFFFF), cand)
                         if lane == k:
                             my_idx = winner
-                        if impl == "branch":
+                        if impl == "sorted":
+                            if winner == mine:  # predicated shift of the winner's list
+                                for j in T.unroll(epl - 1):
+                                    vals[j] = vals[j + 1]
+                                    idxf[j] = idxf[j + 1]
+                                vals[epl - 1] = neg_inf
+                            best = vals[0]
+                            best_j = idxf[0]
+                        elif impl == "branch":
                             if winner == mine:
                                 for j in T.unroll(epl):
                                     if best_j == T.float32(j):

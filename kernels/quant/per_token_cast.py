@@ -11,13 +11,9 @@ so one cubin serves both; packed UE8M0 is addressed as bytes with a
 Thread mapping: a warp covers 32*VEC consecutive channels of R rows, VEC being
 one 16-byte load. The lanes of a scale block (g/VEC of them, aligned) reduce
 their amax with xor shuffles; no shared memory, no block barrier.
-
-With ``pipeline`` a CTA walks ``row_iters`` (a runtime argument) batches of R
-rows and loads batch i+1 while it encodes batch i, so the compute-heavy FP4
-encode overlaps the memory traffic inside each warp.
 """
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "pipeline")
+PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
@@ -45,20 +41,11 @@ def invalid_reason(p):
         return "precomputed scales are fp32 or e4m3"
     if p["rows"] not in ROW_CHOICES:
         return f"rows must be one of {ROW_CHOICES}"
-    if not isinstance(p["pipeline"], bool):
-        return "pipeline must be a bool"
     return None
 
 
 def elems_per_load(in_dtype):
     return 8 if in_dtype == "bfloat16" else 4
-
-
-class _Scope:
-    """Attribute bag handing a kernel's variables to the macros."""
-
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
 
 
 def build(p, arch):
@@ -69,10 +56,11 @@ def build(p, arch):
 
     del arch
     in_dtype, fmt, g = p["in_dtype"], p["fmt"], p["num_per_channels"]
-    sf_kind, precomputed, rows, pipeline = p["sf_kind"], bool(p["precomputed"]), p["rows"], p["pipeline"]
+    sf_kind, precomputed = p["sf_kind"], bool(p["precomputed"])
     vec = elems_per_load(in_dtype)
     lanes_per_block = g // vec
     shuffle_steps = lanes_per_block.bit_length() - 1  # log2
+    rows = p["rows"]
     spread = lanes_per_block >= rows  # enough lanes per block to give each row its own
     scalar_iters = 1 if spread else rows
     store_lanes = rows if spread else 1
@@ -82,93 +70,6 @@ def build(p, arch):
     out_storage = "float8_e4m3fn" if fmt == "e4m3" else ("uint32" if vec == 8 else "uint16")
     sf_storage = SF_STORAGE[sf_kind]
     x_numel, out_numel, sf_numel = T.dynamic("x_numel, out_numel, sf_numel")
-
-    # Macros expand inline; `k` carries the kernel's indices, scalars and buffers.
-    @T.macro
-    def load(xr, batch, k):
-        for r in T.unroll(rows):
-            row = (k.bx * k.row_iters + batch) * rows + r
-            if batch < k.row_iters and row < k.num_tokens and k.col_ok:
-                for i in T.vectorized(vec):
-                    xr[r, i] = k.x[T.Cast("int64", row) * k.x_stride_vec * vec + k.col + i]
-            else:
-                for i in T.unroll(vec):
-                    xr[r, i] = T.Cast(in_dtype, 0)
-
-    @T.macro
-    def process(xr, batch, k):
-        first = (k.bx * k.row_iters + batch) * rows
-        if not precomputed:
-            for r in T.unroll(rows):
-                k.amax[r] = T.float32(0)
-                for i in T.unroll(vec):
-                    k.amax[r] = T.max(k.amax[r], T.abs(T.Cast("float32", xr[r, i])))
-                for s in T.unroll(shuffle_steps):
-                    k.amax[r] = T.max(k.amax[r], T.shfl_xor(k.amax[r], T.shift_right(lanes_per_block // 2, s)))
-                k.amax[r] = T.max(k.amax[r], k.clamp_min)
-
-        # Per-row scale math (IEEE divisions for the plain and E4M3 scales) is spread over
-        # the lanes of a scale block: k.lane `k.sub` handles row `k.sub % rows` once, then the
-        # block's lanes fetch each row's multiplier with a shuffle: rows x fewer divisions.
-        for j in T.unroll(scalar_iters):
-            if spread:
-                my_r = k.sub % rows
-            else:
-                my_r = j
-            my_row = first + my_r
-            row_ok = batch < k.row_iters and my_row < k.num_tokens and k.col_ok
-            sf_idx = T.Cast("int64", my_row) * k.sf_stride_t + k.kb * k.sf_stride_k
-            if not precomputed:
-                k.my_amax[0] = k.amax[0]
-                for r in T.unroll(1, rows):
-                    if my_r == r:
-                        k.my_amax[0] = k.amax[r]
-            if precomputed:
-                k.inv[0] = T.float32(1)
-                if row_ok:
-                    k.inv[0] = T.float32(1) / T.Cast("float32", k.sf[sf_idx])
-            else:
-                writer = row_ok and k.sub < store_lanes
-                if sf_kind == "fp32":
-                    if k.round_sf != 0:
-                        e = round_sf_exponent(k.my_amax[0], fmt_max)
-                        k.inv[0] = pow2(-e)
-                        if writer:
-                            k.sf[sf_idx] = pow2(e)
-                    else:
-                        k.inv[0] = T.float32(fmt_max) / k.my_amax[0]
-                        if writer:
-                            k.sf[sf_idx] = k.my_amax[0] / T.float32(fmt_max)
-                elif sf_kind == "e4m3":
-                    sf_q = T.Cast("float8_e4m3fn", k.my_amax[0] / T.float32(fmt_max))
-                    k.inv[0] = T.float32(1) / T.Cast("float32", sf_q)
-                    if writer:
-                        k.sf[sf_idx] = sf_q
-                else:
-                    e = round_sf_exponent(k.my_amax[0], fmt_max)
-                    k.inv[0] = pow2(-e)
-                    if writer:
-                        k.sf[T.Cast("int64", my_row) * k.sf_stride_t + (k.kb // 4) * k.sf_stride_k + k.kb % 4] = \
-                            T.Cast("uint8", e + 127)
-            if spread:
-                for r in T.unroll(rows):
-                    k.sf_inv[r] = T.shfl_sync(k.inv[0], k.lane - k.sub + r)
-            else:
-                k.sf_inv[j] = k.inv[0]
-
-        if k.write_data != 0:
-            for r in T.unroll(rows):
-                row = first + r
-                if batch < k.row_iters and row < k.num_tokens and k.col_ok:
-                    if fmt == "e4m3":
-                        for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
-                            k.ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * k.sf_inv[r])
-                        for i in T.vectorized(vec):
-                            k.out[T.Cast("int64", row) * k.out_stride_unit * vec + k.col + i] = k.ql[i]
-                    else:
-                        word = e2m1_pack([T.Cast("float32", xr[r, i]) * k.sf_inv[r] for i in range(vec)])
-                        k.out[T.Cast("int64", row) * k.out_stride_unit + k.col // vec] = T.Cast(out_storage, word)
-
 
     @T.prim_func
     def per_token_cast(
@@ -184,9 +85,8 @@ def build(p, arch):
         round_sf: T.int32,
         write_data: T.int32,
         clamp_min: T.float32,
-        row_iters: T.int32,  # batches of `rows` rows per CTA (pipelined variants; else 1)
     ):
-        with T.Kernel(T.ceildiv(num_tokens, rows * row_iters), T.ceildiv(hidden_div64 * 64, seg * WARPS_PER_CTA),
+        with T.Kernel(T.ceildiv(num_tokens, rows), T.ceildiv(hidden_div64 * 64, seg * WARPS_PER_CTA),
                       threads=32 * WARPS_PER_CTA) as (bx, by):
             tx = T.get_thread_binding()
             lane = tx % 32
@@ -194,32 +94,95 @@ def build(p, arch):
             col_ok = col < hidden_div64 * 64
             kb = col // g
             sub = lane % lanes_per_block
-            # Raw input stays in its own dtype (bf16: half the registers of fp32); it is
-            # widened to fp32 where it is used.
-            xa = T.alloc_local((rows, vec), in_dtype)
-            xb = T.alloc_local((rows, vec), in_dtype)
+            # Raw input stays in its own dtype (bf16: half the registers of fp32), so more rows'
+            # loads are in flight per thread; it is widened to fp32 where it is used.
+            xr = T.alloc_local((rows, vec), in_dtype)
             amax = T.alloc_local((rows,), "float32")
             my_amax = T.alloc_local((1,), "float32")
             inv = T.alloc_local((1,), "float32")
             sf_inv = T.alloc_local((rows,), "float32")
             ql = T.alloc_local((vec,), "float8_e4m3fn")
 
-            k = _Scope(bx=bx, row_iters=row_iters, num_tokens=num_tokens, col_ok=col_ok, x_stride_vec=x_stride_vec,
-                       col=col, kb=kb, sub=sub, lane=lane, clamp_min=clamp_min, sf_stride_t=sf_stride_t,
-                       sf_stride_k=sf_stride_k, round_sf=round_sf, write_data=write_data,
-                       out_stride_unit=out_stride_unit, x=x, out=out, sf=sf, amax=amax, my_amax=my_amax, inv=inv,
-                       sf_inv=sf_inv, ql=ql)
             T.pdl_sync()
-            if pipeline:
-                load(xa, 0, k)
-                for it in T.serial(T.ceildiv(row_iters, 2)):
-                    load(xb, it * 2 + 1, k)
-                    process(xa, it * 2, k)
-                    load(xa, it * 2 + 2, k)
-                    process(xb, it * 2 + 1, k)
-            else:
-                load(xa, 0, k)
-                process(xa, 0, k)
+            for r in T.unroll(rows):
+                row = bx * rows + r
+                if row < num_tokens and col_ok:
+                    for i in T.vectorized(vec):
+                        xr[r, i] = x[T.Cast("int64", row) * x_stride_vec * vec + col + i]
+                else:
+                    for i in T.unroll(vec):
+                        xr[r, i] = T.Cast(in_dtype, 0)
+
+            if not precomputed:
+                for r in T.unroll(rows):
+                    amax[r] = T.float32(0)
+                    for i in T.unroll(vec):
+                        amax[r] = T.max(amax[r], T.abs(T.Cast("float32", xr[r, i])))
+                    for s in T.unroll(shuffle_steps):
+                        amax[r] = T.max(amax[r], T.shfl_xor(amax[r], T.shift_right(lanes_per_block // 2, s)))
+                    amax[r] = T.max(amax[r], clamp_min)
+
+            # Per-row scale math (IEEE divisions for the plain and E4M3 scales) is spread over the
+            # lanes of a scale block: lane `sub` handles row `sub % rows` once, then the block's
+            # lanes fetch each row's multiplier with a shuffle. This does rows x fewer divisions.
+            for j in T.unroll(scalar_iters):
+                if spread:
+                    my_r = sub % rows
+                else:
+                    my_r = j
+                my_row = bx * rows + my_r
+                row_ok = my_row < num_tokens and col_ok
+                sf_idx = T.Cast("int64", my_row) * sf_stride_t + kb * sf_stride_k
+                if not precomputed:
+                    my_amax[0] = amax[0]
+                    for r in T.unroll(1, rows):
+                        if my_r == r:
+                            my_amax[0] = amax[r]
+                if precomputed:
+                    inv[0] = T.float32(1)
+                    if row_ok:
+                        inv[0] = T.float32(1) / T.Cast("float32", sf[sf_idx])
+                else:
+                    writer = row_ok and sub < store_lanes
+                    if sf_kind == "fp32":
+                        if round_sf != 0:
+                            e = round_sf_exponent(my_amax[0], fmt_max)
+                            inv[0] = pow2(-e)
+                            if writer:
+                                sf[sf_idx] = pow2(e)
+                        else:
+                            inv[0] = T.float32(fmt_max) / my_amax[0]
+                            if writer:
+                                sf[sf_idx] = my_amax[0] / T.float32(fmt_max)
+                    elif sf_kind == "e4m3":
+                        sf_q = T.Cast("float8_e4m3fn", my_amax[0] / T.float32(fmt_max))
+                        inv[0] = T.float32(1) / T.Cast("float32", sf_q)
+                        if writer:
+                            sf[sf_idx] = sf_q
+                    else:
+                        e = round_sf_exponent(my_amax[0], fmt_max)
+                        inv[0] = pow2(-e)
+                        if writer:
+                            sf[T.Cast("int64", my_row) * sf_stride_t + (kb // 4) * sf_stride_k + kb % 4] = \
+                                T.Cast("uint8", e + 127)
+                if spread:
+                    for r in T.unroll(rows):
+                        sf_inv[r] = T.shfl_sync(inv[0], lane - sub + r)
+                else:
+                    sf_inv[j] = inv[0]
+
+            if write_data != 0:
+                for r in T.unroll(rows):
+                    row = bx * rows + r
+                    if row < num_tokens and col_ok:
+                        if fmt == "e4m3":
+                            for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
+                                ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * sf_inv[r])
+                            for i in T.vectorized(vec):
+                                out[T.Cast("int64", row) * out_stride_unit * vec + col + i] = ql[i]
+                        else:
+                            word = e2m1_pack([T.Cast("float32", xr[r, i]) * sf_inv[r] for i in range(vec)])
+                            out[T.Cast("int64", row) * out_stride_unit + col // vec] = T.Cast(out_storage, word)
             T.pdl_trigger()
 
     return per_token_cast

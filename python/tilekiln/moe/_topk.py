@@ -19,7 +19,7 @@ from tilekiln._runtime import MissingSpecializationError, _raw_stream, checks, l
 OP = "topk_gate"
 PARAM_NAMES = ("experts_per_lane", "vector_loads", "round_impl")
 # Round implementation, tuned on the H200 (benchmarks/bench_tuning.py); the default manifest builds it.
-ROUND_IMPL = "branch"
+ROUND_IMPL = "uniform"
 MAX_EXPERTS = 512
 MAX_TOPK = 32
 

@@ -10,17 +10,9 @@ from tilekiln import config
 from tilekiln._runtime import _raw_stream, checks, launch, store
 
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "pipeline")
-# Tuning knobs, measured on the H200 (benchmarks/bench_tuning.py); the default manifest builds these:
-# rows per thread per input dtype, and whether a format's kernel overlaps loads with the encode.
+PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
+# Rows per thread, measured on the H200 (benchmarks/bench_tuning.py); the default manifest builds these.
 ROWS = {torch.bfloat16: 4, torch.float32: 4}
-PIPELINE = {"e4m3": False, "e2m1": True}
-
-
-def _row_iters(t, fmt):
-    """Row batches per CTA for pipelined variants: enough to overlap, never fewer CTAs than needed
-    to fill a GPU at small T (depends on T only, not on the device)."""
-    return max(1, min(8, t // 2048)) if PIPELINE[fmt] else 1
 FORMATS = ("e4m3", "e2m1")
 CHANNEL_BLOCKS = (16, 32, 64, 128)
 _IN_DTYPES = (torch.bfloat16, torch.float32)
@@ -123,11 +115,9 @@ def _run(x, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, vec):
         return
     unit = vec if fmt == "e4m3" else vec // 2
     sf_t, sf_k = _sf_strides(sf, kind == "ue8m0")
-    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, precomputed, ROWS[x.dtype],
-              PIPELINE[fmt])
+    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, precomputed, ROWS[x.dtype])
     args = (x.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), t, h // 64, x.stride(0) // vec,
-            (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf), int(write_data), clamp,
-            _row_iters(t, fmt))
+            (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf), int(write_data), clamp)
     launch(OP, PARAM_NAMES, values, x.device, args)
 
 
@@ -142,8 +132,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     vec = 8 if x.dtype == torch.bfloat16 else 4
     kind = _sf_kind(e4m3sf, packed)
     h = x.shape[1]
-    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, False, ROWS[x.dtype],
-              PIPELINE[fmt])
+    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, False, ROWS[x.dtype])
     device, index = x.device, x.device.index
     kernel = store().kernel(OP, PARAM_NAMES, values, index)
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
@@ -167,7 +156,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
         sf_t, sf_k = _sf_strides(sf, packed)
         kernel.launch(index, _raw_stream(index),
                       (ptr, q.data_ptr(), sf.data_ptr(), t, h // 64, x_stride_vec, out_stride_unit, sf_t, sf_k,
-                       round_sf, 1, state["clamp"][clamp_key], _row_iters(t, fmt)), state["pdl"])
+                       round_sf, 1, state["clamp"][clamp_key]), state["pdl"])
         return q, sf
 
     return run
