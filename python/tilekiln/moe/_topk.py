@@ -17,9 +17,7 @@ from tilekiln import config
 from tilekiln._runtime import MissingSpecializationError, _raw_stream, checks, launch, store
 
 OP = "topk_gate"
-PARAM_NAMES = ("experts_per_lane", "vector_loads", "round_impl")
-# Round implementation, tuned on the H200 (benchmarks/bench_tuning.py); the default manifest builds it.
-ROUND_IMPL = "uniform"
+PARAM_NAMES = ("experts_per_lane", "vector_loads")
 MAX_EXPERTS = 512
 MAX_TOPK = 32
 
@@ -80,10 +78,10 @@ def _make_plan(scores, num_topk):
     e = scores.shape[1]
     device, index = scores.device, scores.device.index
     epl = -(-e // 32)
-    kernels = {False: store().kernel(OP, PARAM_NAMES, (epl, False, ROUND_IMPL), index), True: None}
+    kernels = {False: store().kernel(OP, PARAM_NAMES, (epl, False), index), True: None}
     if epl % 4 == 0 and e % 4 == 0:
         try:
-            kernels[True] = store().kernel(OP, PARAM_NAMES, (epl, True, ROUND_IMPL), index)
+            kernels[True] = store().kernel(OP, PARAM_NAMES, (epl, True), index)
         except MissingSpecializationError:
             pass  # the scalar-load variant serves every alignment
     words = _flag(index)
@@ -141,10 +139,10 @@ def _topk_gate_checked(scores, num_topk):
     _raise_pending(dev)
     epl = -(-e // 32)
     vec = epl % 4 == 0 and e % 4 == 0 and scores.data_ptr() % 16 == 0
-    if vec and not store().has_variant(OP, PARAM_NAMES, (epl, True, ROUND_IMPL), dev):
+    if vec and not store().has_variant(OP, PARAM_NAMES, (epl, True), dev):
         vec = False  # the scalar-load variant serves every alignment
     flag = _flag(dev)[0]
-    launch(OP, PARAM_NAMES, (epl, vec, ROUND_IMPL), scores.device,
+    launch(OP, PARAM_NAMES, (epl, vec), scores.device,
            (scores.data_ptr(), idx.data_ptr(), flag.data_ptr(), t, e, e // 4, num_topk))
     if _sync_checks[0] and not torch.cuda.is_current_stream_capturing():
         torch.cuda.current_stream(dev).synchronize()
