@@ -38,6 +38,7 @@ PY
   TILEKILN_TEST_INSTALLED=1 $PY -m pytest tests -m gpu -q -x -p no:cacheprovider \
       --junitxml="$OUT/gpu_tests.xml" ${PYTEST_ARGS:-} || echo "GPU TESTS FAILED rc=$?"
   $PY benchmarks/bench_foundation.py --out "$OUT/bench_foundation.json"
+  $PY benchmarks/bench_launch_paths.py --out "$OUT/bench_launch_paths.json"
   ;;
 collect)
   src=${2:?collect needs the files_at directory}
