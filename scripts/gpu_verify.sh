@@ -22,9 +22,12 @@ device)
   : "${OUT:?run this on the device machine, where OUT is set}"
   exec > >(tee "$OUT/gpu_verify.log") 2>&1
   export PYTHONUNBUFFERED=1
-  python3 -m venv --system-site-packages /tmp/tk-venv          # torch from the image, nothing else of ours
-  /tmp/tk-venv/bin/pip install -q --no-index --no-deps .gpu-carry/tilekiln-*.whl
-  PY=/tmp/tk-venv/bin/python
+  # A fresh --target dir on the image's python3 (which holds torch; it is itself a venv, so a
+  # --system-site-packages venv would not see torch). Nothing else of ours is importable.
+  rm -rf /tmp/tk-site
+  python3 -m pip install -q --no-index --no-deps --target /tmp/tk-site .gpu-carry/tilekiln-*.whl
+  export PYTHONPATH=/tmp/tk-site
+  PY=python3
   $PY - <<'PY'
 import importlib.util, shutil
 assert importlib.util.find_spec("tilelang") is None, "tilelang must not be installed on the GPU machine"
