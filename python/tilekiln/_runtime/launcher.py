@@ -289,6 +289,24 @@ class CompiledKernel:
             if rc:
                 self._retry_in_context(ctx, k, grid, stream, args, pdl, rc)
 
+    def launcher_for(self, device_index):
+        """``go(stream, args, pdl)`` bound to one device: the launch plans' hot path, without
+        the per-call module lookup and kernel loop of ``launch``."""
+        ctx, kernels = self.load(device_index)
+        if len(kernels) != 1:
+            return lambda stream, args, pdl: self.launch(device_index, stream, args, pdl)
+        k = kernels[0]
+        grid_of, launch, retry = k.grid, k.launch, self._retry_in_context
+
+        def go(stream, args, pdl):
+            grid = grid_of(args)
+            if grid[0] > 0 and grid[1] > 0 and grid[2] > 0:
+                rc = launch(grid, stream, args, pdl)
+                if rc:
+                    retry(ctx, k, grid, stream, args, pdl, rc)
+
+        return go
+
     @staticmethod
     def _retry_in_context(ctx, k, grid, stream, args, pdl, rc):
         d = drv.get_driver()

@@ -78,10 +78,11 @@ def _make_plan(scores, num_topk):
     e = scores.shape[1]
     device, index = scores.device, scores.device.index
     epl = -(-e // 32)
-    kernels = {False: store().kernel(OP, PARAM_NAMES, (epl, False), index), True: None}
+    scalar = store().kernel(OP, PARAM_NAMES, (epl, False), index).launcher_for(index)
+    launchers = {False: scalar, True: scalar}
     if epl % 4 == 0 and e % 4 == 0:
         try:
-            kernels[True] = store().kernel(OP, PARAM_NAMES, (epl, True), index)
+            launchers[True] = store().kernel(OP, PARAM_NAMES, (epl, True), index).launcher_for(index)
         except MissingSpecializationError:
             pass  # the scalar-load variant serves every alignment
     words = _flag(index)
@@ -92,10 +93,9 @@ def _make_plan(scores, num_topk):
         if words[1][0] or t == 0:
             return None  # pending error or empty input: the general path handles it
         ptr = scores.data_ptr()
-        kernel = kernels[ptr & 15 == 0] or kernels[False]
         idx = torch.empty((t, num_topk), dtype=torch.int64, device=device)
-        kernel.launch(index, _raw_stream(index), (ptr, idx.data_ptr(), flag_ptr, t, e, e >> 2, num_topk),
-                      state["pdl"])
+        launchers[ptr & 15 == 0](_raw_stream(index), (ptr, idx.data_ptr(), flag_ptr, t, e, e >> 2, num_topk),
+                                 state["pdl"])
         return idx
 
     return run
@@ -104,7 +104,7 @@ def _make_plan(scores, num_topk):
 def topk_gate(scores, num_topk):
     """Indices [T, K] int64 of the K largest scores per row; ties go to the smaller expert index."""
     if type(scores) is torch.Tensor and not _sync_checks[0]:
-        key = (scores.shape[1:], scores.stride(), scores.device, num_topk, type(num_topk))
+        key = (scores.shape[1:], scores.stride(), scores.device, num_topk, num_topk.__class__)
         plan = _plans.get(key)
         if plan is not None:
             idx = plan(scores)

@@ -134,7 +134,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     h = x.shape[1]
     values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, False, ROWS[x.dtype])
     device, index = x.device, x.device.index
-    kernel = store().kernel(OP, PARAM_NAMES, values, index)
+    go = store().kernel(OP, PARAM_NAMES, values, index).launcher_for(index)
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
     k_blocks = _ceil_div(h, g)
     sf_cols = _ceil_div(k_blocks, 4) if packed else k_blocks
@@ -142,6 +142,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     x_stride_vec, out_stride_unit = x.stride(0) // vec, q_width // (vec if fmt == "e4m3" else vec // 2)
     clamp_key, state = (fmt, e4m3sf), config._state
     row_major_sf = not col and not (packed and k_blocks % 4)
+    row_major_strides = (4 * sf_cols, 4) if packed else (sf_cols, 1)  # == _sf_strides of a fresh [t, sf_cols]
 
     def run(x):
         t = x.shape[0]
@@ -151,12 +152,12 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
         q = torch.empty((t, q_width), dtype=q_dtype, device=device)
         if row_major_sf:
             sf = torch.empty((t, sf_cols), dtype=sf_dtype, device=device)
+            sf_t, sf_k = row_major_strides
         else:
             sf = _sf_storage(t, k_blocks, sf_dtype, col, device, packed)
-        sf_t, sf_k = _sf_strides(sf, packed)
-        kernel.launch(index, _raw_stream(index),
-                      (ptr, q.data_ptr(), sf.data_ptr(), t, h // 64, x_stride_vec, out_stride_unit, sf_t, sf_k,
-                       round_sf, 1, state["clamp"][clamp_key]), state["pdl"])
+            sf_t, sf_k = _sf_strides(sf, packed)
+        go(_raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, h // 64, x_stride_vec, out_stride_unit, sf_t,
+                                sf_k, round_sf, 1, state["clamp"][clamp_key]), state["pdl"])
         return q, sf
 
     return run
