@@ -8,25 +8,10 @@ prebuilt arguments, and per whole op call (T = 128), median of 5 x 20000 calls.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
-
-def per_call_us(fn, calls=20000, reps=5):
-    import torch
-    for _ in range(500):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter() - t) / calls * 1e6)
-    return statistics.median(out)
+from bench_foundation import host_time_us
 
 
 def child():
@@ -42,9 +27,9 @@ def child():
     args = (scores.data_ptr(), idx.data_ptr(), _topk._flag(0)[0].data_ptr(), 128, 256, 64, 8)
     stream = _raw_stream(0)
     rec = {"path": launcher.LAUNCH_PATH,
-           "launch_only_us": per_call_us(lambda: kernel.launch(0, stream, args)),
-           "topk_gate_us": per_call_us(lambda: tilekiln.moe.topk_gate(scores, 8)),
-           "per_token_cast_us": per_call_us(lambda: tilekiln.quant.per_token_cast(x, "e4m3", 128))}
+           "launch_only_us": host_time_us(lambda: kernel.launch(0, stream, args), calls=20000),
+           "topk_gate_us": host_time_us(lambda: tilekiln.moe.topk_gate(scores, 8), calls=20000),
+           "per_token_cast_us": host_time_us(lambda: tilekiln.quant.per_token_cast(x, "e4m3", 128), calls=20000)}
     assert torch.equal(tilekiln.moe.topk_gate(scores, 8), tilekiln.torch.stable_topk(scores, 8))
     print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in rec.items()}))
 

@@ -1,7 +1,13 @@
 """per_token_cast: row-wise block quantization bf16/fp32 -> e4m3 / e2m1 (OPERATORS.md §3.2).
 
-Compile-time (one cubin each): input dtype, output format, channels per scale
-block, scale storage kind, and whether scales are supplied by the caller.
+Also re-quantizes pre-quantized input: e4m3 data or packed e2m1 (in_dtype
+"float8_e4m3fn" / "e2m1") with fp32, packed UE8M0 or e4m3 scales over (gm, gk)
+blocks (runtime sizes, gk a multiple of 8). The amax is taken over data * x_sf and
+the data is scaled by the one product x_sf * sf_inv, as OPERATORS.md §2.1 says.
+
+Compile-time (one cubin each): input dtype and input scale kind, output format,
+channels per scale block, scale storage kind, and whether scales are supplied by
+the caller.
 Runtime (kernel arguments): token count, hidden size, every stride, round_sf
 for fp32 scales, whether to store the data (the sf-only variant) and the amax
 floor. Row-major and TMA-aligned column-major scales differ only in strides,
@@ -13,7 +19,7 @@ one 16-byte load. The lanes of a scale block (g/VEC of them, aligned) reduce
 their amax with xor shuffles; no shared memory, no block barrier.
 """
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
+PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
@@ -25,12 +31,20 @@ WARPS_PER_CTA = 4
 ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuning knob)
 FMT_MAX = {"e4m3": 448.0, "e2m1": 6.0}
 SF_STORAGE = {"fp32": "float32", "e4m3": "float8_e4m3fn", "ue8m0": "uint8"}
+PLAIN_INPUTS = ("bfloat16", "float32")
+QUANTIZED_INPUTS = ("float8_e4m3fn", "e2m1")
 
 
 def invalid_reason(p):
     """Why a parameter combination cannot be built, or None."""
-    if p["in_dtype"] not in ("bfloat16", "float32"):
-        return "in_dtype must be bfloat16 or float32"
+    if p["in_dtype"] not in PLAIN_INPUTS + QUANTIZED_INPUTS:
+        return f"in_dtype must be one of {PLAIN_INPUTS + QUANTIZED_INPUTS}"
+    if (p["in_sf_kind"] == "none") != (p["in_dtype"] in PLAIN_INPUTS):
+        return "in_sf_kind is 'none' exactly for plain (bf16/fp32) input"
+    if p["in_sf_kind"] not in ("none",) + tuple(SF_STORAGE):
+        return "in_sf_kind must be none, fp32, e4m3 or ue8m0"
+    if p["precomputed"] and p["in_sf_kind"] != "none":
+        return "precomputed scales take plain input"
     if p["fmt"] not in FMT_MAX:
         return "fmt must be e4m3 or e2m1"
     if p["num_per_channels"] not in (16, 32, 64, 128):
@@ -45,7 +59,8 @@ def invalid_reason(p):
 
 
 def elems_per_load(in_dtype):
-    return 8 if in_dtype == "bfloat16" else 4
+    """Elements per thread and row: one 16-byte load of bf16/fp32; 8 elements (8 or 4 bytes) of FP8/FP4."""
+    return 4 if in_dtype == "float32" else 8
 
 
 def build(p, arch):
@@ -55,8 +70,12 @@ def build(p, arch):
     from kernels.common.numerics import e2m1_pack, pow2, round_sf_exponent
 
     del arch
-    in_dtype, fmt, g = p["in_dtype"], p["fmt"], p["num_per_channels"]
+    in_dtype, in_sf_kind, fmt, g = p["in_dtype"], p["in_sf_kind"], p["fmt"], p["num_per_channels"]
     sf_kind, precomputed = p["sf_kind"], bool(p["precomputed"])
+    quantized_in = in_sf_kind != "none"
+    # Packed FP4 input is read as one uint32 (8 nibbles) per thread and row.
+    x_storage = "uint32" if in_dtype == "e2m1" else in_dtype
+    in_sf_storage = SF_STORAGE.get(in_sf_kind, "float32")
     vec = elems_per_load(in_dtype)
     lanes_per_block = g // vec
     shuffle_steps = lanes_per_block.bit_length() - 1  # log2
@@ -69,11 +88,31 @@ def build(p, arch):
     # e4m3 is stored element-wise; e2m1 as one packed word per thread (vec nibbles).
     out_storage = "float8_e4m3fn" if fmt == "e4m3" else ("uint32" if vec == 8 else "uint16")
     sf_storage = SF_STORAGE[sf_kind]
-    x_numel, out_numel, sf_numel = T.dynamic("x_numel, out_numel, sf_numel")
+    x_numel, out_numel, sf_numel, x_sf_numel = T.dynamic("x_numel, out_numel, sf_numel, x_sf_numel")
+
+    def fp4_value(word, i):
+        """Element i of 8 packed e2m1 nibbles as fp32 (exact: {0, .5, 1, 1.5, 2, 3, 4, 6}, signed)."""
+        nib = T.bitwise_and(T.shift_right(word, T.uint32(4 * i)), T.uint32(0xF))
+        code = T.bitwise_and(nib, T.uint32(7))
+        normal = T.bitwise_or(T.shift_left(T.shift_right(code, T.uint32(1)) + T.uint32(126), T.uint32(23)),
+                              T.shift_left(T.bitwise_and(code, T.uint32(1)), T.uint32(22)))
+        magnitude = T.if_then_else(code == T.uint32(0), T.uint32(0),
+                                   T.if_then_else(code == T.uint32(1), T.uint32(0x3F000000), normal))
+        return T.reinterpret("float32", T.bitwise_or(magnitude, T.shift_left(T.shift_right(nib, T.uint32(3)),
+                                                                               T.uint32(31))))
+
+    def value(xr, xw, r, i):
+        """Input element (r, i) of this thread as fp32 (before any input scale)."""
+        return fp4_value(xw[r], i) if in_dtype == "e2m1" else T.Cast("float32", xr[r, i])
+
+    def encoded(xr, vf, r, i):
+        """The element to encode: FP4 input is decoded into ``vf`` first, because inlining the
+        decode into the FP4 encode multiplies the expression and stalls lowering for a minute."""
+        return vf[i] if in_dtype == "e2m1" else T.Cast("float32", xr[r, i])
 
     @T.prim_func
     def per_token_cast(
-        x: T.Tensor((x_numel,), in_dtype),
+        x: T.Tensor((x_numel,), x_storage),
         out: T.Tensor((out_numel,), out_storage),
         sf: T.Tensor((sf_numel,), sf_storage),
         num_tokens: T.int32,
@@ -85,6 +124,11 @@ def build(p, arch):
         round_sf: T.int32,
         write_data: T.int32,
         clamp_min: T.float32,
+        x_sf: T.Tensor((x_sf_numel,), in_sf_storage),  # scales of pre-quantized input
+        in_sf_stride_t: T.int32,  # ... in elements (bytes and a word stride for ue8m0), like sf_stride_*
+        in_sf_stride_k: T.int32,
+        in_block_m: T.int32,  # the input's scale block (gm, gk)
+        in_block_k: T.int32,
     ):
         with T.Kernel(T.ceildiv(num_tokens, rows), T.ceildiv(hidden_div64 * 64, seg * WARPS_PER_CTA),
                       threads=32 * WARPS_PER_CTA) as (bx, by):
@@ -96,7 +140,10 @@ def build(p, arch):
             sub = lane % lanes_per_block
             # Raw input stays in its own dtype (bf16: half the registers of fp32), so more rows'
             # loads are in flight per thread; it is widened to fp32 where it is used.
-            xr = T.alloc_local((rows, vec), in_dtype)
+            xr = T.alloc_local((rows, vec), "uint8" if in_dtype == "e2m1" else in_dtype)
+            xw = T.alloc_local((rows,), "uint32")  # packed FP4 input
+            xs = T.alloc_local((rows,), "float32")  # input scale of this thread's 8 elements
+            vf = T.alloc_local((vec,), "float32")  # one row of decoded FP4 (keeps expressions small)
             amax = T.alloc_local((rows,), "float32")
             my_amax = T.alloc_local((1,), "float32")
             inv = T.alloc_local((1,), "float32")
@@ -106,18 +153,34 @@ def build(p, arch):
             T.pdl_sync()
             for r in T.unroll(rows):
                 row = bx * rows + r
-                if row < num_tokens and col_ok:
+                if in_dtype == "e2m1":
+                    xw[r] = T.uint32(0)
+                    if row < num_tokens and col_ok:
+                        xw[r] = x[T.Cast("int64", row) * x_stride_vec + col // vec]
+                elif row < num_tokens and col_ok:
                     for i in T.vectorized(vec):
                         xr[r, i] = x[T.Cast("int64", row) * x_stride_vec * vec + col + i]
                 else:
                     for i in T.unroll(vec):
                         xr[r, i] = T.Cast(in_dtype, 0)
+                if quantized_in:
+                    xs[r] = T.float32(0)
+                    if row < num_tokens and col_ok:
+                        rb = T.Cast("int64", row // in_block_m)
+                        kin = col // in_block_k
+                        if in_sf_kind == "ue8m0":
+                            byte = x_sf[rb * in_sf_stride_t + (kin // 4) * in_sf_stride_k + kin % 4]
+                            xs[r] = T.reinterpret("float32", T.shift_left(T.Cast("uint32", byte), T.uint32(23)))
+                        else:
+                            xs[r] = T.Cast("float32", x_sf[rb * in_sf_stride_t + kin * in_sf_stride_k])
 
             if not precomputed:
                 for r in T.unroll(rows):
                     amax[r] = T.float32(0)
                     for i in T.unroll(vec):
-                        amax[r] = T.max(amax[r], T.abs(T.Cast("float32", xr[r, i])))
+                        amax[r] = T.max(amax[r], T.abs(value(xr, xw, r, i)))
+                    if quantized_in:  # max |d * s| == max|d| * s for a scale s >= 0 (rounding is monotonic)
+                        amax[r] = amax[r] * xs[r]
                     for s in T.unroll(shuffle_steps):
                         amax[r] = T.max(amax[r], T.shfl_xor(amax[r], T.shift_right(lanes_per_block // 2, s)))
                     amax[r] = T.max(amax[r], clamp_min)
@@ -170,18 +233,28 @@ def build(p, arch):
                         sf_inv[r] = T.shfl_sync(inv[0], lane - sub + r)
                 else:
                     sf_inv[j] = inv[0]
+            if quantized_in:  # one multiplier per element: x_sf * sf_inv (OPERATORS.md §2.1)
+                for r in T.unroll(rows):
+                    sf_inv[r] = xs[r] * sf_inv[r]
 
             if write_data != 0:
                 for r in T.unroll(rows):
                     row = bx * rows + r
                     if row < num_tokens and col_ok:
                         if fmt == "e4m3":
-                            for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
-                                ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * sf_inv[r])
+                            if in_dtype == "e2m1":
+                                for i in T.unroll(vec):
+                                    ql[i] = T.Cast("float8_e4m3fn", value(xr, xw, r, i) * sf_inv[r])
+                            else:
+                                for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
+                                    ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * sf_inv[r])
                             for i in T.vectorized(vec):
                                 out[T.Cast("int64", row) * out_stride_unit * vec + col + i] = ql[i]
                         else:
-                            word = e2m1_pack([T.Cast("float32", xr[r, i]) * sf_inv[r] for i in range(vec)])
+                            if in_dtype == "e2m1":
+                                for i in T.unroll(vec):
+                                    vf[i] = fp4_value(xw[r], i)
+                            word = e2m1_pack([encoded(xr, vf, r, i) * sf_inv[r] for i in range(vec)])
                             out[T.Cast("int64", row) * out_stride_unit + col // vec] = T.Cast(out_storage, word)
             T.pdl_trigger()
 

@@ -101,3 +101,34 @@ def test_repeatable_run_to_run(seed):
     a = tilekiln.quant.per_token_cast(x, "e2m1", 32, round_sf=True, use_packed_ue8m0=True)
     b = tilekiln.quant.per_token_cast(x, "e2m1", 32, round_sf=True, use_packed_ue8m0=True)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def _prequantized(t, h, in_fmt, in_sf, block, col_major=False):
+    """A valid (data, sf) input: the reference's own quantization of fresh random values."""
+    x = _input(t, h, torch.float32)
+    ue8m0 = in_sf == "ue8m0"
+    return ref_cast(x, in_fmt, block, round_sf=ue8m0, use_packed_ue8m0=ue8m0, use_e4m3_sf=in_sf == "e4m3",
+                    use_tma_aligned_col_major_sf=col_major)
+
+
+@pytest.mark.parametrize("in_fmt,in_sf", [("e4m3", "fp32"), ("e4m3", "ue8m0"), ("e2m1", "ue8m0"), ("e2m1", "e4m3"),
+                                          ("e2m1", "fp32")])
+@pytest.mark.parametrize("block", [(1, 32), (1, 128), (128, 128), (32, 32)])
+@pytest.mark.parametrize("fmt,g", [("e4m3", 128), ("e4m3", 32), ("e2m1", 32)])
+@pytest.mark.parametrize("ue8m0_out", [False, True])
+def test_requantize_matches_reference(seed, in_fmt, in_sf, block, fmt, g, ue8m0_out):
+    x = _prequantized(300, 2048, in_fmt, in_sf, block)
+    opts = dict(round_sf=ue8m0_out, use_packed_ue8m0=ue8m0_out)
+    q, sf = tilekiln.quant.per_token_cast(x, fmt, g, x_block_size=block, **opts)
+    rq, rsf = ref_cast(x, fmt, (1, g), x_block_size=block, **opts)
+    _assert_bitwise(q, rq, "data")
+    _assert_bitwise(sf, rsf, "scales")
+
+
+def test_requantize_column_major_input_scales(seed):
+    x = _prequantized(300, 7168, "e4m3", "ue8m0", (1, 128), col_major=True)
+    assert x[1].stride(0) == 1
+    q, sf = tilekiln.quant.per_token_cast(x, "e4m3", 32, x_block_size=(1, 128))
+    rq, rsf = ref_cast(x, "e4m3", (1, 32), x_block_size=(1, 128))
+    _assert_bitwise(q, rq, "data")
+    _assert_bitwise(sf, rsf, "scales")

@@ -248,7 +248,6 @@ class CompiledKernel:
         try:
             module = ctypes.c_void_p()
             d.check(d.cuModuleLoadData(ctypes.byref(module), image), f"loading {self.cubin_path}")
-            self._module = module  # keep alive
             out = []
             for k in self.spec["kernels"]:
                 fn = ctypes.c_void_p()

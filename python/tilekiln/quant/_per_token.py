@@ -4,15 +4,31 @@ Output layouts follow OPERATORS.md §2.1: e4m3 data [T, H] or packed e2m1 int8
 [T, H/2]; scales fp32 / e4m3 [T, ceil(H/g)] or UE8M0 packed four per int32,
 optionally TMA-aligned column-major (logical shape, strides (1, A)).
 """
+from typing import NamedTuple
+
 import torch
 
 from tilekiln import config
 from tilekiln._runtime import _raw_stream, checks, launch, store
 
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
+PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
 # Rows per thread, measured on the H200 (benchmarks/bench_tuning.py); the default manifest builds these.
-ROWS = {torch.bfloat16: 4, torch.float32: 4}
+ROWS = {"bfloat16": 4, "float32": 4, "float8_e4m3fn": 4, "e2m1": 4}
+_PLAIN_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
+_QUANT_DATA = {torch.float8_e4m3fn: "float8_e4m3fn", torch.int8: "e2m1"}
+_IN_SF_KIND = {torch.float32: "fp32", torch.float8_e4m3fn: "e4m3", torch.int32: "ue8m0"}
+
+
+class _Source(NamedTuple):
+    """A validated input: the tensor the kernel reads and what the kernel needs to know about it."""
+    data: torch.Tensor
+    t: int
+    h: int  # logical hidden size
+    in_dtype: str  # kernel in_dtype
+    vec: int  # elements per thread and row
+    stride_vec: int  # row stride in units of vec elements (packed FP4: 4-byte words)
+    scales: tuple = None  # pre-quantized input: (x_sf, in_sf_kind, stride_t, stride_k, gm, gk)
 FORMATS = ("e4m3", "e2m1")
 CHANNEL_BLOCKS = (16, 32, 64, 128)
 _IN_DTYPES = (torch.bfloat16, torch.float32)
@@ -34,21 +50,60 @@ def _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_s
         raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
 
 
-def _check_x(x):
-    if isinstance(x, tuple):
-        raise NotImplementedError(
-            "per_token_cast of pre-quantized input ((data, sf) with x_block_size) is not built into this "
-            "TileKiln release; pass bf16 or fp32 x (see tilekiln.torch.cast for the reference)")
+def _check_x(x, x_block_size=None):
+    if isinstance(x, (tuple, list)):
+        return _check_quantized_x(x, x_block_size)
+    if x_block_size is not None:
+        raise ValueError("x_block_size is only meaningful for pre-quantized input x = (data, sf)")
     checks.tensor("x", x, _IN_DTYPES, ndim=2)
     t, h = x.shape
-    if h % 64 or h == 0:
-        raise ValueError(f"x.shape[1] (hidden) must be a positive multiple of 64, got {h}")
+    _check_hidden(h, "x.shape[1] (hidden)")
     vec = 8 if x.dtype == torch.bfloat16 else 4
     if x.stride(1) != 1 or (t > 1 and x.stride(0) % vec):
         raise ValueError(f"x must have inner stride 1 and a row stride that is a multiple of {vec} elements "
                          f"(16 bytes); got strides {tuple(x.stride())}")
     checks.aligned("x", x, 16)
-    return vec
+    return _Source(x, t, h, _PLAIN_NAMES[x.dtype], vec, x.stride(0) // vec)
+
+
+def _check_hidden(h, what):
+    if h % 64 or h == 0:
+        raise ValueError(f"{what} must be a positive multiple of 64, got {h}")
+
+
+def _check_quantized_x(x, x_block_size):
+    """x = (e4m3 data [T, H] or packed e2m1 int8 [T, H/2], scales over x_block_size = (gm, gk))."""
+    if len(x) != 2:
+        raise TypeError("pre-quantized x must be a (data, sf) pair")
+    if x_block_size is None:
+        raise ValueError("x_block_size (gm, gk) is required when x is a (data, sf) pair")
+    if not (isinstance(x_block_size, (tuple, list)) and len(x_block_size) == 2 and
+            all(isinstance(v, int) and not isinstance(v, bool) for v in x_block_size)):
+        raise TypeError(f"x_block_size must be a (gm, gk) pair of ints, got {x_block_size!r}")
+    gm, gk = x_block_size
+    if gm < 1 or gk < 8 or gk % 8:
+        raise ValueError(f"x_block_size must have gm >= 1 and gk a positive multiple of 8, got {x_block_size}")
+    data, x_sf = x
+    checks.tensor("x[0] (data)", data, tuple(_QUANT_DATA), ndim=2)
+    checks.tensor("x[1] (sf)", x_sf, tuple(_IN_SF_KIND), ndim=2)
+    fp4 = data.dtype == torch.int8
+    t, h = data.shape[0], data.shape[1] * (2 if fp4 else 1)
+    _check_hidden(h, "the logical hidden size of x[0]")
+    unit = 4 if fp4 else 8  # bytes each thread loads per row
+    if data.stride(1) != 1 or (t > 1 and data.stride(0) % unit):
+        raise ValueError(f"x[0] must have inner stride 1 and a row stride that is a multiple of {unit} bytes; "
+                         f"got strides {tuple(data.stride())}")
+    checks.aligned("x[0] (data)", data, unit)
+    kind = _IN_SF_KIND[x_sf.dtype]
+    mb, kb = _ceil_div(t, gm), _ceil_div(h, gk)
+    expected = (mb, _ceil_div(kb, 4)) if kind == "ue8m0" else (mb, kb)
+    if tuple(x_sf.shape) != expected:
+        raise ValueError(f"x[1] (sf, {x_sf.dtype}) must have shape {expected} for x_block_size {tuple(x_block_size)}"
+                         f", got {tuple(x_sf.shape)}")
+    checks.same_device("x[1] (sf)", x_sf, "x[0] (data)", data)
+    checks.cuda("x[0] (data)", data)
+    st, sk = _sf_strides(x_sf, kind == "ue8m0")
+    return _Source(data, t, h, _QUANT_DATA[data.dtype], 8, data.stride(0) // unit, (x_sf, kind, st, sk, gm, gk))
 
 
 def _sf_storage(t, k_blocks, sf_dtype, col_major, device, packed):
@@ -78,15 +133,15 @@ def _sf_kind(use_e4m3_sf, use_packed_ue8m0):
 _SF_DTYPE = {"fp32": torch.float32, "e4m3": torch.float8_e4m3fn, "ue8m0": torch.int32}
 
 
-def _alloc_q(x, fmt):
-    t, h = x.shape
+def _alloc_q(src, fmt):
+    t, h, device = src.t, src.h, src.data.device
     if fmt == "e4m3":
-        return torch.empty((t, h), dtype=torch.float8_e4m3fn, device=x.device)
-    return torch.empty((t, h // 2), dtype=torch.int8, device=x.device)
+        return torch.empty((t, h), dtype=torch.float8_e4m3fn, device=device)
+    return torch.empty((t, h // 2), dtype=torch.int8, device=device)
 
 
-def _check_q(q, x, fmt, vec):
-    t, h = x.shape
+def _check_q(q, src, fmt):
+    t, h, vec, x = src.t, src.h, src.vec, src.data
     dtype, width = (torch.float8_e4m3fn, h) if fmt == "e4m3" else (torch.int8, h // 2)
     checks.tensor("out[0]", q, (dtype,), ndim=2)
     checks.same_device("out[0]", q, "x", x)
@@ -97,8 +152,8 @@ def _check_q(q, x, fmt, vec):
     checks.aligned("out[0]", q, unit)
 
 
-def _check_sf_out(sf, x, g, kind, name):
-    t, h = x.shape
+def _check_sf_out(sf, src, g, kind, name):
+    t, h, x = src.t, src.h, src.data
     k = _ceil_div(h, g)
     if kind == "ue8m0":
         k = _ceil_div(k, 4)
@@ -109,16 +164,17 @@ def _check_sf_out(sf, x, g, kind, name):
                          f"{tuple(sf.shape)}, strides {tuple(sf.stride())}")
 
 
-def _run(x, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, vec):
-    t, h = x.shape
-    if t == 0:
+def _run(src, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp):
+    if src.t == 0:
         return
-    unit = vec if fmt == "e4m3" else vec // 2
+    unit = src.vec if fmt == "e4m3" else src.vec // 2
     sf_t, sf_k = _sf_strides(sf, kind == "ue8m0")
-    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, precomputed, ROWS[x.dtype])
-    args = (x.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), t, h // 64, x.stride(0) // vec,
-            (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf), int(write_data), clamp)
-    launch(OP, PARAM_NAMES, values, x.device, args)
+    x_sf, in_kind, in_t, in_k, gm, gk = src.scales or (None, "none", 0, 0, 1, 1)
+    values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, ROWS[src.in_dtype])
+    args = (src.data.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), src.t, src.h // 64,
+            src.stride_vec, (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf),
+            int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk)
+    launch(OP, PARAM_NAMES, values, src.data.device, args)
 
 
 # Launch plans of the common call (fresh outputs): everything that depends only on
@@ -132,7 +188,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     vec = 8 if x.dtype == torch.bfloat16 else 4
     kind = _sf_kind(e4m3sf, packed)
     h = x.shape[1]
-    values = ("bfloat16" if x.dtype == torch.bfloat16 else "float32", fmt, g, kind, False, ROWS[x.dtype])
+    values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, ROWS[_PLAIN_NAMES[x.dtype]])
     device, index = x.device, x.device.index
     go = store().kernel(OP, PARAM_NAMES, values, index).launcher_for(index)
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
@@ -157,7 +213,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
             sf = _sf_storage(t, k_blocks, sf_dtype, col, device, packed)
             sf_t, sf_k = _sf_strides(sf, packed)
         go(_raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, h // 64, x_stride_vec, out_stride_unit, sf_t,
-                                sf_k, round_sf, 1, state["clamp"][clamp_key]), state["pdl"])
+                                sf_k, round_sf, 1, state["clamp"][clamp_key], 0, 0, 0, 1, 1), state["pdl"])
         return q, sf
 
     return run
@@ -186,77 +242,74 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
         result = plan(x)
         if result is not None:
             return result
-    if x_block_size is not None and not isinstance(x, tuple):
-        raise ValueError("x_block_size is only meaningful for pre-quantized input x = (data, sf)")
     checks.flag("stochastic_cast", stochastic_cast)
     if stochastic_cast:
         raise NotImplementedError("stochastic_cast needs the sm_100 cvt.rs instruction and is not built into this "
                                   "TileKiln release; use tilekiln.torch.cast semantics or stochastic_cast=False")
     return _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf,
-                                   use_packed_ue8m0, use_e4m3_sf, out)
+                                   use_packed_ue8m0, use_e4m3_sf, out, x_block_size)
 
 
 def _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0,
-                            use_e4m3_sf, out):
-    """The fully validated path (first call of a plan, ``out=``, odd inputs)."""
-    vec = _check_x(x)
+                            use_e4m3_sf, out, x_block_size=None):
+    """The fully validated path (first call of a plan, ``out=``, pre-quantized or odd inputs)."""
+    src = _check_x(x, x_block_size)
     _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf)
     kind = _sf_kind(use_e4m3_sf, use_packed_ue8m0)
-    t, h = x.shape
-    checks.cuda("x", x)
+    t, h = src.t, src.h
+    checks.cuda("x", src.data)
     if out is not None:
         if use_tma_aligned_col_major_sf:
             raise ValueError("out= takes row-major scales only; use_tma_aligned_col_major_sf must be False with out")
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             raise TypeError("out must be a (data, sf) tuple of preallocated tensors")
         q, sf = out
-        _check_q(q, x, fmt, vec)
-        _check_sf_out(sf, x, num_per_channels, kind, "out[1]")
+        _check_q(q, src, fmt)
+        _check_sf_out(sf, src, num_per_channels, kind, "out[1]")
     else:
-        q = _alloc_q(x, fmt)
+        q = _alloc_q(src, fmt)
         sf = _sf_storage(t, _ceil_div(h, num_per_channels), _SF_DTYPE[kind], use_tma_aligned_col_major_sf,
-                         x.device, kind == "ue8m0")
+                         src.data.device, kind == "ue8m0")
     clamp = config.get_amax_clamp_for_quant(fmt, use_e4m3_sf)
-    _run(x, q, sf, fmt, num_per_channels, kind, False, round_sf, True, clamp, vec)
+    _run(src, q, sf, fmt, num_per_channels, kind, False, round_sf, True, clamp)
     return q, sf
 
 
 def per_token_cast_with_sf_only(x, fmt, num_per_channels, use_tma_aligned_col_major_sf=False, round_sf=False,
                                 use_packed_ue8m0=False, use_e4m3_sf=False, out_sf=None):
     """Only the scales of per_token_cast (same values and layouts)."""
-    vec = _check_x(x)
+    src = _check_x(x)
     _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf)
     kind = _sf_kind(use_e4m3_sf, use_packed_ue8m0)
-    t, h = x.shape
     checks.cuda("x", x)
     if out_sf is not None:
         if use_tma_aligned_col_major_sf:
             raise ValueError("out_sf takes row-major scales only; use_tma_aligned_col_major_sf must be False")
-        _check_sf_out(out_sf, x, num_per_channels, kind, "out_sf")
+        _check_sf_out(out_sf, src, num_per_channels, kind, "out_sf")
         sf = out_sf
     else:
-        sf = _sf_storage(t, _ceil_div(h, num_per_channels), _SF_DTYPE[kind], use_tma_aligned_col_major_sf,
+        sf = _sf_storage(src.t, _ceil_div(src.h, num_per_channels), _SF_DTYPE[kind], use_tma_aligned_col_major_sf,
                          x.device, kind == "ue8m0")
-    _run(x, None, sf, fmt, num_per_channels, kind, False, round_sf, False,
-         config.get_amax_clamp_for_quant(fmt, use_e4m3_sf), vec)
+    _run(src, None, sf, fmt, num_per_channels, kind, False, round_sf, False,
+         config.get_amax_clamp_for_quant(fmt, use_e4m3_sf))
     return sf
 
 
 def per_token_cast_with_precomputed_sf(x, fmt, num_per_channels, sf, use_tma_aligned_col_major_sf=False,
                                        round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, out=None):
     """Quantize with caller-supplied row-major fp32/e4m3 scales (multiplier 1/sf); returns the data."""
-    vec = _check_x(x)
+    src = _check_x(x)
     _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf)
     if use_packed_ue8m0 or use_tma_aligned_col_major_sf:
         raise ValueError("precomputed sf must be row-major fp32 or e4m3: use_packed_ue8m0 and "
                          "use_tma_aligned_col_major_sf must be False")
     kind = "e4m3" if use_e4m3_sf else "fp32"
-    _check_sf_out(sf, x, num_per_channels, kind, "sf")
+    _check_sf_out(sf, src, num_per_channels, kind, "sf")
     checks.cuda("x", x)
     if out is not None:
-        _check_q(out, x, fmt, vec)
+        _check_q(out, src, fmt)
         q = out
     else:
-        q = _alloc_q(x, fmt)
-    _run(x, q, sf, fmt, num_per_channels, kind, True, False, True, 0.0, vec)
+        q = _alloc_q(src, fmt)
+    _run(src, q, sf, fmt, num_per_channels, kind, True, False, True, 0.0)
     return q

@@ -307,7 +307,7 @@ def _decode_sf(sf, block, data_shape, name):
 
 
 def _dequantize(x, x_block_size):
-    """x_fp32 = decode(data) * sf[block] for a (data, sf) pair."""
+    """(decode(data), sf[block] expanded to the data's shape) for a (data, sf) pair."""
     if not (isinstance(x, (tuple, list)) and len(x) == 2):
         raise TypeError('x must be a (data, sf) pair of tensors')
     block = _check_block('x_block_size', x_block_size)
@@ -315,10 +315,12 @@ def _dequantize(x, x_block_size):
     _check_2d('x[0] (data)', data)
     values = _decode_data(data)
     sf32 = _decode_sf(sf, block, values.shape, 'x[1] (sf)')
-    return values * _expand(sf32, block, values.shape)
+    return values, _expand(sf32, block, values.shape)
 
 
 def _input_fp32(x, x_block_size):
+    """(fp32 values, input scale or None): a pre-quantized input keeps its scale separate,
+    because the kernels apply ``x_sf * sf_inv`` to the data as one product (OPERATORS §2.1)."""
     if isinstance(x, (tuple, list)):
         if x_block_size is None:
             raise ValueError('x_block_size is required when x is a (data, sf) pair')
@@ -328,7 +330,7 @@ def _input_fp32(x, x_block_size):
         raise ValueError('x_block_size is only allowed when x is a (data, sf) pair')
     if x.dtype not in _PLAIN_INPUT_DTYPES:
         raise TypeError(f'x dtype must be torch.bfloat16 or torch.float32, got {x.dtype}')
-    return x.float()
+    return x.float(), None
 
 
 # ------------------------------------------------------------ public API
@@ -354,19 +356,21 @@ def cast(x, fmt, block_size, sf=None, x_block_size=None, round_sf=False,
     _check_choice('fmt', fmt, _QUANT_FMTS)
     block = _check_block('block_size', block_size)
     _check_scale_flags(round_sf, use_packed_ue8m0, use_e4m3_sf)
-    x32 = _input_fp32(x, x_block_size)
+    values, in_scale = _input_fp32(x, x_block_size)
+    # amax is taken over the dequantized values; the data is then scaled by one multiplier.
+    x32 = values if in_scale is None else values * in_scale
     if fmt == 'e2m1' and x32.shape[1] % 2:
         raise ValueError(f'e2m1 packs two values per byte, so H must be even, got H={x32.shape[1]}')
 
     if sf is not None:
-        return _cast_with_given_sf(x32, fmt, block, sf, use_tma_aligned_col_major_sf,
+        return _cast_with_given_sf(values, in_scale, fmt, block, sf, use_tma_aligned_col_major_sf,
                                    use_packed_ue8m0, use_e4m3_sf)
 
     clamp_min = _clamp_min(fmt, use_e4m3_sf, clamp_min_value)
     amax = _block_amax(x32, block)
     amax = torch.maximum(amax, _const(amax, clamp_min))
     sf_out, sf_inv = _compute_scales(amax, fmt, round_sf, use_e4m3_sf)
-    q = _encode(x32 * _expand(sf_inv, block, x32.shape), fmt)
+    q = _encode(values * _multiplier(in_scale, _expand(sf_inv, block, x32.shape)), fmt)
 
     if use_packed_ue8m0:
         sf_out = _pack_ue8m0(_ue8m0_bytes(sf_out), _ue8m0_pack_dim(block))
@@ -385,7 +389,11 @@ def _clamp_min(fmt, use_e4m3_sf, clamp_min_value):
     return value
 
 
-def _cast_with_given_sf(x32, fmt, block, sf, col_major, packed, use_e4m3_sf):
+def _multiplier(in_scale, sf_inv):
+    return sf_inv if in_scale is None else in_scale * sf_inv
+
+
+def _cast_with_given_sf(values, in_scale, fmt, block, sf, col_major, packed, use_e4m3_sf):
     if col_major or packed:
         raise ValueError('use_tma_aligned_col_major_sf and use_packed_ue8m0 must be False when sf is given')
     _check_2d('sf', sf)
@@ -395,9 +403,9 @@ def _cast_with_given_sf(x32, fmt, block, sf, col_major, packed, use_e4m3_sf):
         raise ValueError('use_e4m3_sf=True requires sf of dtype torch.float8_e4m3fn')
     if sf.shape[1] > 1 and sf.stride(1) != 1:
         raise ValueError('sf must be row-major (stride(1) == 1)')
-    sf32 = _decode_sf(sf, block, x32.shape, 'sf')
+    sf32 = _decode_sf(sf, block, values.shape, 'sf')
     sf_inv = _const(sf32, 1.0) / sf32
-    return _encode(x32 * _expand(sf_inv, block, x32.shape), fmt)
+    return _encode(values * _multiplier(in_scale, _expand(sf_inv, block, values.shape)), fmt)
 
 
 def cast_back(x, fmt, x_block_size):
@@ -406,7 +414,8 @@ def cast_back(x, fmt, x_block_size):
     fmt: 'bf16' or 'fp32'. x_block_size: the (gm, g) block of ``sf``.
     """
     _check_choice('fmt', fmt, tuple(_BACK_FMTS))
-    out = _dequantize(x, x_block_size).to(_BACK_FMTS[fmt])
+    values, scale = _dequantize(x, x_block_size)
+    out = (values * scale).to(_BACK_FMTS[fmt])
     return _canonicalize_nan(out)
 
 
