@@ -4,6 +4,8 @@
   python -m build_tools lower   --manifest M --arch sm_90a --gen-dir G --stamp S
   python -m build_tools package --manifest M --gen-dir G --out-dir O [--arches ...]
   python -m build_tools build   --manifest M --out-dir O [--arches ...] [-j N]   (no CMake: lower + ninja + package)
+  python -m build_tools build   ... --shard i/n   (a deterministic slice, for a CI matrix)
+  python -m build_tools merge   --out-dir O STORE [STORE ...]   (combine shard stores; conflicts fail)
   python -m build_tools nvcc    --arch A --cu K.cu --out K.cubin [--include -I...]  (one cached compile)
 
 Lowered sources and cubins go through the content-addressed cache of build_tools/cache.py.
@@ -64,11 +66,11 @@ def _cubin_key(cu, arch):
     return cache.cubin_key(cu.read_bytes(), arch, toolchain.nvcc_version(), toolchain.NVCC_FLAGS)
 
 
-def _cubins_from_cache(gen, arches, stems):
+def _cubins_from_cache(gen, stems):
     """Place cached cubins next to their sources (newer than the .cu, so ninja skips them)."""
     n = 0
-    for a in arches:
-        for s in stems:
+    for a, names in stems.items():
+        for s in names:
             cu, cubin = gen / f"{s}.{a}.cu", gen / f"{s}.{a}.cubin"
             if cubin.exists() and cubin.stat().st_mtime >= cu.stat().st_mtime:
                 continue
@@ -79,9 +81,9 @@ def _cubins_from_cache(gen, arches, stems):
     return n
 
 
-def _cubins_to_cache(gen, arches, stems):
-    for a in arches:
-        for s in stems:
+def _cubins_to_cache(gen, stems):
+    for a, names in stems.items():
+        for s in names:
             cu = gen / f"{s}.{a}.cu"
             key = _cubin_key(cu, a)
             if cache.get(key, "kernel.cubin") is None:
@@ -102,16 +104,29 @@ def cmd_nvcc(args):
         out.write_bytes(data)
 
 
-def _write_ninja(path, gen_dir, arches, stems):
+def _write_ninja(path, gen_dir, stems):
     nvcc = toolchain.find_nvcc()
     incs = " ".join(f"-I{d}" for d in toolchain.tilelang_include_dirs())
     lines = [f"rule nvcc\n  command = {nvcc} {' '.join(toolchain.NVCC_FLAGS)} -arch=$arch {incs} -o $out $in\n"
              "  description = nvcc $out\n"]
-    for a in arches:
-        for s in stems:
+    for a, names in stems.items():
+        for s in names:
             base = Path(gen_dir) / f"{s}.{a}"
             lines.append(f"build {base}.cubin: nvcc {base}.cu\n  arch = {a}\n")
     Path(path).write_text("\n".join(lines))
+
+
+def _shard(arches, variants, spec):
+    """{arch: [variants]} of shard ``i/n``: a deterministic slice of the sorted (arch, variant) jobs."""
+    jobs = sorted(((a, v) for a in arches for v in variants), key=lambda j: (j[0], j[1].stem))
+    i, n = (int(x) for x in spec.split("/")) if spec else (0, 1)
+    if not 0 <= i < n:
+        sys.exit(f"--shard must be i/n with 0 <= i < n, got {spec}")
+    work = {a: [] for a in arches}
+    for k, (a, v) in enumerate(jobs):
+        if k % n == i:
+            work[a].append(v)
+    return work
 
 
 def cmd_build(args):
@@ -119,25 +134,32 @@ def cmd_build(args):
     from build_tools import package
     t0 = time.time()
     arches, variants = _plan(args)
+    work = _shard(arches, variants, args.shard)
     gen = Path(args.gen_dir or Path(args.out_dir).with_name(Path(args.out_dir).name + "-gen"))
     gen.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(max_workers=len(arches)) as pool:
-        results = list(pool.map(manifest_lower, [variants] * len(arches), arches, [str(gen)] * len(arches)))
+        results = list(pool.map(manifest_lower, [work[a] for a in arches], arches, [str(gen)] * len(arches)))
     failed = [f for r in results for f in r]
     if failed:
         sys.exit(f"{len(failed)} variant(s) failed to lower")
     t1 = time.time()
-    stems = [v.stem for v in variants]
-    cached = _cubins_from_cache(gen, arches, stems)
-    _write_ninja(gen / "build.ninja", gen, arches, stems)
+    stems = {a: [v.stem for v in work[a]] for a in arches}
+    cached = _cubins_from_cache(gen, stems)
+    _write_ninja(gen / "build.ninja", gen, stems)
     ninja = os.environ.get("NINJA", "ninja")
     subprocess.run([ninja, "-C", str(gen), f"-j{args.jobs or os.cpu_count()}"], check=True)
-    _cubins_to_cache(gen, arches, stems)
+    _cubins_to_cache(gen, stems)
     t2 = time.time()
-    print(f"build: {cached} of {len(stems) * len(arches)} cubins from the build cache")
-    package.package(gen, args.out_dir, {a: [v.stem for v in variants] for a in arches}, args.manifest)
-    print(f"build: {len(variants) * len(arches)} cubins; lower {t1 - t0:.1f}s, nvcc {t2 - t1:.1f}s, "
-          f"total {time.time() - t0:.1f}s")
+    total = sum(len(v) for v in stems.values())
+    print(f"build: {cached} of {total} cubins from the build cache")
+    package.package(gen, args.out_dir, stems, args.manifest)
+    print(f"build: {total} cubins; lower {t1 - t0:.1f}s, nvcc {t2 - t1:.1f}s, total {time.time() - t0:.1f}s")
+
+
+def cmd_merge(args):
+    """Combine shard stores into one; the same variant built twice must be byte-identical."""
+    from build_tools import package
+    package.merge([Path(d) for d in args.stores], Path(args.out_dir))
 
 
 def main(argv=None):
@@ -145,7 +167,7 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, fn in (("plan", cmd_plan), ("lower", cmd_lower), ("package", cmd_package), ("build", cmd_build),
-                     ("nvcc", cmd_nvcc)):
+                     ("nvcc", cmd_nvcc), ("merge", cmd_merge)):
         sp = sub.add_parser(name)
         sp.set_defaults(fn=fn)
         sp.add_argument("--manifest", default=str(manifest.default_manifest_path()))
@@ -159,6 +181,9 @@ def main(argv=None):
     sub.choices["build"].add_argument("--out-dir", required=True)
     sub.choices["build"].add_argument("--gen-dir")
     sub.choices["build"].add_argument("-j", "--jobs", type=int)
+    sub.choices["build"].add_argument("--shard", help="i/n: build the i-th of n deterministic slices")
+    sub.choices["merge"].add_argument("--out-dir", required=True)
+    sub.choices["merge"].add_argument("stores", nargs="+", help="kernel stores written by build --shard")
     sub.choices["nvcc"].add_argument("--arch", required=True, choices=manifest.SUPPORTED_ARCHES)
     sub.choices["nvcc"].add_argument("--cu", required=True)
     sub.choices["nvcc"].add_argument("--out", required=True)

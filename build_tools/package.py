@@ -51,7 +51,6 @@ def package(gen_dir, out_dir, stems_by_arch, manifest_path, log=print):
             })
     if problems:
         raise PackageError("cubin checks failed:\n  " + "\n  ".join(problems))
-    variants.sort(key=lambda v: (v["op"], v["arch"], v["key"]))
     index = {
         "format": 1,
         "arches": sorted(stems_by_arch),
@@ -59,6 +58,41 @@ def package(gen_dir, out_dir, stems_by_arch, manifest_path, log=print):
         "manifest_sha256": hashlib.sha256(Path(manifest_path).read_bytes()).hexdigest(),
         "variants": variants,
     }
-    (out_dir / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
+    _write_index(out_dir, index)
     log(f"packaged {len(variants)} cubins ({sum(v['bytes'] for v in variants) / 1e6:.2f} MB) into {out_dir}")
+    return index
+
+
+def _write_index(out_dir, index):
+    index["variants"].sort(key=lambda v: (v["op"], v["arch"], v["key"]))
+    (out_dir / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
+
+
+def merge(stores, out_dir, log=print):
+    """One store from shard stores. Same toolchain and manifest required; a variant present in
+    two shards must have the same bytes (sha256), else the merge fails."""
+    indexes = [json.loads((d / "index.json").read_text()) for d in stores]
+    for field in ("format", "toolchain", "manifest_sha256"):
+        values = {json.dumps(ix[field], sort_keys=True) for ix in indexes}
+        if len(values) > 1:
+            raise PackageError(f"cannot merge stores built with different {field}: {sorted(values)}")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    merged = {}
+    for d, ix in zip(stores, indexes):
+        for v in ix["variants"]:
+            ident = (v["op"], v["arch"], v["key"])
+            image = (d / v["cubin"]).read_bytes()
+            if hashlib.sha256(image).hexdigest() != v["sha256"]:
+                raise PackageError(f"{d / v['cubin']}: contents do not match its index entry")
+            if ident in merged:
+                if merged[ident]["sha256"] != v["sha256"]:
+                    raise PackageError(f"conflict: {v['key']} [{v['arch']}] differs between shards")
+                continue
+            merged[ident] = v
+            (out_dir / v["cubin"]).write_bytes(image)
+    index = dict(indexes[0], arches=sorted({a for ix in indexes for a in ix["arches"]}), variants=list(merged.values()))
+    _write_index(out_dir, index)
+    log(f"merged {len(stores)} stores: {len(merged)} cubins into {out_dir}")
     return index

@@ -1,6 +1,9 @@
 """Build manifests/ci-subset.toml for sm_90a and sm_100a: lower, nvcc, cuobjdump checks, index."""
+import hashlib
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # build_tools
 needs_toolchain = pytest.mark.skipif(importlib.util.find_spec("tilelang") is None,
                                      reason="tilelang (build toolchain) is not installed: pip install -r "
                                             "requirements/build.txt")
@@ -50,3 +54,37 @@ def test_launch_specs_are_in_device_order(subset_store):
     # TileLang puts pointers first (sorted) and drops unused parameters: never the PrimFunc order.
     assert [names[a["param"]] for a in kernel["args"][:3]] == ["out", "sf", "x"]
     assert kernel["grid"][0] == "(num_tokens + 3) // 4" and kernel["pdl"] is True
+
+
+@needs_toolchain
+def test_two_shards_and_merge_are_byte_identical_to_one_build(subset_store, tmp_path):
+    """Reproducibility: other directories, no build cache, 2 shards + merge == one build, byte for byte."""
+    env = dict(os.environ, TILEKILN_BUILD_CACHE="off")
+    shards = []
+    for i in range(2):
+        out = tmp_path / f"shard{i}" / "kernels"
+        subprocess.run([sys.executable, "-m", "build_tools", "build", "--manifest", "manifests/ci-subset.toml",
+                        "--out-dir", str(out), "--shard", f"{i}/2", "-j", "2"], cwd=ROOT, env=env, check=True)
+        shards.append(out)
+    a, b = (json.loads((d / "index.json").read_text())["variants"] for d in shards)
+    assert a and b and not {v["cubin"] for v in a} & {v["cubin"] for v in b}, "shards must not overlap"
+    merged = tmp_path / "merged"
+    subprocess.run([sys.executable, "-m", "build_tools", "merge", "--out-dir", str(merged), *map(str, shards)],
+                   cwd=ROOT, check=True)
+    assert (merged / "index.json").read_bytes() == (subset_store / "index.json").read_bytes()
+    for cubin in subset_store.glob("*.cubin"):
+        assert (merged / cubin.name).read_bytes() == cubin.read_bytes(), cubin.name
+
+
+@needs_toolchain
+def test_merge_rejects_conflicting_shards(subset_store, tmp_path):
+    from build_tools import package
+    other = tmp_path / "other"
+    shutil.copytree(subset_store, other)
+    index = json.loads((other / "index.json").read_text())
+    entry = index["variants"][0]
+    (other / entry["cubin"]).write_bytes(b"different bytes")
+    entry["sha256"] = hashlib.sha256(b"different bytes").hexdigest()
+    (other / "index.json").write_text(json.dumps(index))
+    with pytest.raises(package.PackageError, match="conflict"):
+        package.merge([subset_store, other], tmp_path / "merged", log=lambda *a: None)
