@@ -109,7 +109,7 @@ class KernelStore:
             f"Built {op} variants for {arch}:\n  {listing}{more}\n"
             f"To build it, add to a manifest (e.g. a copy of manifests/default.toml):\n[[{op}]]\n{table}\n"
             f"then build a wheel from the source tree: "
-            f"pip wheel . -Ccmake.define.TILEKILN_MANIFEST=/path/to/manifest.toml")
+            f"TILEKILN_MANIFEST=/path/to/manifest.toml pip wheel . --no-deps -w dist")
 
 
 _store = None
