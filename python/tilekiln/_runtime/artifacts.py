@@ -64,9 +64,8 @@ class KernelStore:
         arch = self._device_arch.get(device_index)
         if arch is None:
             d = drv.get_driver()
-            ctx_dev = device_index
-            cc = (d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ctx_dev),
-                  d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ctx_dev))
+            cc = (d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_index),
+                  d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_index))
             arch = ARCH_OF_CAPABILITY.get(cc)
             if arch is None or arch not in self.arches():
                 raise UnsupportedDeviceError(

@@ -21,22 +21,14 @@ def _per_token_cast_op(x: torch.Tensor, fmt: str, num_per_channels: int, use_tma
 
 @_per_token_cast_op.register_fake
 def _(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, use_e4m3_sf):
+    # The real allocators, run under fake mode, give the exact shapes and strides (col-major sf too).
     _per_token._check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf,
                               use_tma_aligned_col_major_sf)
     t, h = x.shape
-    q = x.new_empty((t, h) if fmt == "e4m3" else (t, h // 2),
-                    dtype=torch.float8_e4m3fn if fmt == "e4m3" else torch.int8)
     kind = _per_token._sf_kind(use_e4m3_sf, use_packed_ue8m0)
-    k = -(-h // num_per_channels)
-    if kind == "ue8m0":
-        k = -(-k // 4)
-    dtype = _per_token._SF_DTYPE[kind]
-    if use_tma_aligned_col_major_sf:
-        per16 = 16 // dtype.itemsize
-        a = max(-(-t // per16) * per16, 1)
-        sf = x.new_empty((k, a), dtype=dtype).t()[:t]
-    else:
-        sf = x.new_empty((t, k), dtype=dtype)
+    q = _per_token._alloc_q(t, h, x.device, fmt)
+    sf = _per_token._sf_storage(t, -(-h // num_per_channels), _per_token._SF_DTYPE[kind],
+                                use_tma_aligned_col_major_sf, x.device, kind == "ue8m0")
     return q, sf
 
 

@@ -133,8 +133,7 @@ def _sf_kind(use_e4m3_sf, use_packed_ue8m0):
 _SF_DTYPE = {"fp32": torch.float32, "e4m3": torch.float8_e4m3fn, "ue8m0": torch.int32}
 
 
-def _alloc_q(src, fmt):
-    t, h, device = src.t, src.h, src.data.device
+def _alloc_q(t, h, device, fmt):
     if fmt == "e4m3":
         return torch.empty((t, h), dtype=torch.float8_e4m3fn, device=device)
     return torch.empty((t, h // 2), dtype=torch.int8, device=device)
@@ -267,7 +266,7 @@ def _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_
         _check_q(q, src, fmt)
         _check_sf_out(sf, src, num_per_channels, kind, "out[1]")
     else:
-        q = _alloc_q(src, fmt)
+        q = _alloc_q(t, h, src.data.device, fmt)
         sf = _sf_storage(t, _ceil_div(h, num_per_channels), _SF_DTYPE[kind], use_tma_aligned_col_major_sf,
                          src.data.device, kind == "ue8m0")
     clamp = config.get_amax_clamp_for_quant(fmt, use_e4m3_sf)
@@ -310,6 +309,6 @@ def per_token_cast_with_precomputed_sf(x, fmt, num_per_channels, sf, use_tma_ali
         _check_q(out, src, fmt)
         q = out
     else:
-        q = _alloc_q(src, fmt)
+        q = _alloc_q(src.t, src.h, x.device, fmt)
     _run(src, q, sf, fmt, num_per_channels, kind, True, False, True, 0.0)
     return q
