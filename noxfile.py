@@ -7,6 +7,7 @@
   nox -s wheel   the release wheel into dist/ (pip wheel ., default manifest)
   nox -s gpu     the first half of scripts/gpu_verify.sh (see README: GPU verification)
   nox -s bench   benchmarks on a local GPU, JSON into benchmarks/results/
+  nox -s lint    ruff over the Python sources (config in pyproject.toml)
 """
 import os
 
@@ -46,3 +47,9 @@ def gpu(session):
 @nox.session(python=False)
 def bench(session):
     session.run("python3", "benchmarks/bench_foundation.py", "--out", "benchmarks/results/local.json")
+
+
+@nox.session
+def lint(session):
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", "python", "build_tools", "kernels", "tests", "benchmarks", "noxfile.py")

@@ -539,7 +539,7 @@ def _parse_cubin(path: str, elf_text: str, res_text: str) -> CubinInfo:
     if len(images) > 1:
         archs = []
         for img in images:
-            m = next((_HEADER_SM_RE.search(l) for l in img if _ELF_HEADER_RE.match(l)), None)
+            m = next((_HEADER_SM_RE.search(line) for line in img if _ELF_HEADER_RE.match(line)), None)
             archs.append(f"sm_{m.group(1)}" if m else "?")
         raise CubinInspectError(
             f"{path}: holds {len(images)} ELF images ({', '.join(archs)}); "
