@@ -96,18 +96,14 @@ def cmd_nvcc(args):
     key = _cubin_key(cu, args.arch)
     data = cache.get(key, "kernel.cubin")
     if data is None:
-        incs = args.include or [f"-I{d}" for d in toolchain.tilelang_include_dirs()]
-        subprocess.run([toolchain.find_nvcc(), *toolchain.NVCC_FLAGS, f"-arch={args.arch}", *incs,
-                        "-o", str(out), str(cu)], check=True)
+        subprocess.run(toolchain.nvcc_command(cu, out, args.arch, args.include), check=True)
         cache.put(key, "kernel.cubin", out.read_bytes())
     else:
         out.write_bytes(data)
 
 
 def _write_ninja(path, gen_dir, stems):
-    nvcc = toolchain.find_nvcc()
-    incs = " ".join(f"-I{d}" for d in toolchain.tilelang_include_dirs())
-    lines = [f"rule nvcc\n  command = {nvcc} {' '.join(toolchain.NVCC_FLAGS)} -arch=$arch {incs} -o $out $in\n"
+    lines = [f"rule nvcc\n  command = {' '.join(toolchain.nvcc_command('$in', '$out', '$arch'))}\n"
              "  description = nvcc $out\n"]
     for a, names in stems.items():
         for s in names:

@@ -62,6 +62,9 @@ def tilelang_version():
     return importlib.metadata.version("tilelang")
 
 
-def nvcc_command(cu, cubin, arch, include_dirs=None):
-    incs = [f"-I{d}" for d in (include_dirs or tilelang_include_dirs())]
+def nvcc_command(cu, cubin, arch, include_flags=None):
+    """The one nvcc command line of the build (ninja rule, CMake rule via ``build_tools nvcc``).
+
+    ``include_flags``: ``-I<dir>`` strings; default TileLang's template and CUTLASS dirs."""
+    incs = include_flags or [f"-I{d}" for d in tilelang_include_dirs()]
     return [find_nvcc(), *NVCC_FLAGS, f"-arch={arch}", *incs, "-o", str(cubin), str(cu)]

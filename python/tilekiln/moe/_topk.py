@@ -14,7 +14,7 @@ import threading
 import torch
 
 from tilekiln import config
-from tilekiln._runtime import MissingSpecializationError, _raw_stream, checks, launch, store
+from tilekiln._runtime import _raw_stream, checks, launch, store
 
 OP = "topk_gate"
 PARAM_NAMES = ("experts_per_lane", "vector_loads")
@@ -72,19 +72,24 @@ def check_errors(device=None):
 # Validated launch plans keyed on (experts, strides, device, K): a repeated call costs one
 # allocation, the error-word read and the launch.
 _plans = {}
+_MAX_PLANS = 4096
+
+
+def _vector_loads(e, aligned, device_index):
+    """Whether to use the float4-load variant: rows of whole float4 chunks per lane, a 16-byte
+    aligned base, and the variant built (the scalar-load variant serves every case)."""
+    epl = -(-e // 32)
+    return (aligned and epl % 4 == 0 and e % 4 == 0 and
+            store().has_variant(OP, PARAM_NAMES, (epl, True), device_index))
 
 
 def _make_plan(scores, num_topk):
     e = scores.shape[1]
     device, index = scores.device, scores.device.index
     epl = -(-e // 32)
-    scalar = store().kernel(OP, PARAM_NAMES, (epl, False), index).launcher_for(index)
-    launchers = {False: scalar, True: scalar}
-    if epl % 4 == 0 and e % 4 == 0:
-        try:
-            launchers[True] = store().kernel(OP, PARAM_NAMES, (epl, True), index).launcher_for(index)
-        except MissingSpecializationError:
-            pass  # the scalar-load variant serves every alignment
+    # launchers[aligned]: the float4 variant where the row layout and alignment allow it
+    launchers = {aligned: store().kernel(OP, PARAM_NAMES, (epl, _vector_loads(e, aligned, index)), index)
+                 .launcher_for(index) for aligned in (False, True)}
     words = _flag(index)
     flag_ptr, state = words[0].data_ptr(), config._state
 
@@ -114,7 +119,7 @@ def topk_gate(scores, num_topk):
             idx = _topk_gate_checked(scores, num_topk)
             if scores.dim() == 2 and scores.shape[0] > 0 and scores.stride(1) == 1 and \
                     scores.stride(0) == scores.shape[1]:
-                if len(_plans) > 4096:
+                if len(_plans) >= _MAX_PLANS:
                     _plans.clear()
                 _plans[key] = _make_plan(scores, num_topk)
             return idx
@@ -138,9 +143,7 @@ def _topk_gate_checked(scores, num_topk):
     dev = scores.device.index
     _raise_pending(dev)
     epl = -(-e // 32)
-    vec = epl % 4 == 0 and e % 4 == 0 and scores.data_ptr() % 16 == 0
-    if vec and not store().has_variant(OP, PARAM_NAMES, (epl, True), dev):
-        vec = False  # the scalar-load variant serves every alignment
+    vec = _vector_loads(e, scores.data_ptr() % 16 == 0, dev)
     flag = _flag(dev)[0]
     launch(OP, PARAM_NAMES, (epl, vec), scores.device,
            (scores.data_ptr(), idx.data_ptr(), flag.data_ptr(), t, e, e // 4, num_topk))
