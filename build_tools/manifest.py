@@ -16,16 +16,28 @@ strides, most flags) is a runtime argument, so one variant serves many calls.
 import hashlib
 import importlib
 import itertools
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-# op name -> kernel module (the only place that knows where kernels live)
-KERNEL_MODULES = {
-    "per_token_cast": "kernels.quant.per_token_cast",
-    "topk_gate": "kernels.moe.topk_gate",
-    "selftest_tma_copy": "kernels.selftest.tma_copy",
-}
+# op name -> kernel module: every module kernels/<family>/<name>.py that defines OP and PARAM_NAMES
+# registers itself (found by a source scan, so adding a kernel touches no shared registry).
+def _discover_kernel_modules():
+    root = Path(__file__).resolve().parent.parent / "kernels"
+    found = {}
+    for path in sorted(root.glob("*/*.py")):
+        text = path.read_text()
+        m = re.search(r'^OP = "([a-z0-9_]+)"$', text, re.M)
+        if m and re.search(r"^PARAM_NAMES = ", text, re.M):
+            module = f"kernels.{path.parent.name}.{path.stem}"
+            if m.group(1) in found:
+                raise RuntimeError(f"op {m.group(1)!r} is defined by both {found[m.group(1)]} and {module}")
+            found[m.group(1)] = module
+    return found
+
+
+KERNEL_MODULES = _discover_kernel_modules()
 SUPPORTED_ARCHES = ("sm_90a", "sm_100a")
 
 

@@ -38,10 +38,16 @@ print("tilekiln from", tilekiln.__file__, "kernels:", len(tilekiln.list_kernels(
 PY
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
   # Tests import the installed wheel, never the source tree.
-  TILEKILN_TEST_INSTALLED=1 $PY -m pytest tests -m gpu -q -x -p no:cacheprovider \
+  TILEKILN_TEST_INSTALLED=1 $PY -m pytest tests -m gpu -q -p no:cacheprovider --maxfail=200 \
       --junitxml="$OUT/gpu_tests.xml" ${PYTEST_ARGS:-} || echo "GPU TESTS FAILED rc=$?"
   $PY benchmarks/bench_foundation.py --out "$OUT/bench_foundation.json"
   $PY benchmarks/bench_launch_paths.py --out "$OUT/bench_launch_paths.json"
+  # One benchmark script per op family (benchmarks/bench_ops_<family>.py, same JSON schema).
+  for b in benchmarks/bench_ops_*.py; do
+    [ -e "$b" ] || continue
+    name=$(basename "$b" .py)
+    $PY "$b" --out "$OUT/$name.json" || echo "BENCHMARK FAILED: $b"
+  done
   ;;
 collect)
   src=${2:?collect needs the files_at directory}
