@@ -30,8 +30,39 @@ def child():
            "launch_only_us": host_time_us(lambda: kernel.launch(0, stream, args), calls=20000),
            "topk_gate_us": host_time_us(lambda: tilekiln.moe.topk_gate(scores, 8), calls=20000),
            "per_token_cast_us": host_time_us(lambda: tilekiln.quant.per_token_cast(x, "e4m3", 128), calls=20000)}
+    rec.update(_per_token_cast_breakdown(x))
     assert torch.equal(tilekiln.moe.topk_gate(scores, 8), tilekiln.torch.stable_topk(scores, 8))
     print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in rec.items()}))
+
+
+def _per_token_cast_breakdown(x):
+    """Where per_token_cast's host time goes at T = 128: its parts timed alone, same loop."""
+    import torch
+
+    from tilekiln._runtime import _raw_stream, store
+    from tilekiln.quant import _per_token
+    t, h = x.shape
+    dev = x.device
+    values = ("bfloat16", "none", "e4m3", 128, "fp32", False, _per_token.ROWS["bfloat16"])
+    go = store().kernel(_per_token.OP, _per_token.PARAM_NAMES, values, 0).launcher_for(0)
+    q = torch.empty((t, h), dtype=torch.float8_e4m3fn, device=dev)
+    sf = torch.empty((t, h // 128), dtype=torch.float32, device=dev)
+    args = (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t, h // 64, h // 8, h // 8, h // 128, 1, 0, 1, 1e-4, 0, 0, 0,
+            1, 1)
+    n = 20000
+
+    def key():
+        return _per_token._plans.get((x.dtype, x.shape[1:], x.stride(), x.device, "e4m3", 128, False, False, False,
+                                      False))
+
+    return {
+        "ptc_part_two_empty_us": host_time_us(lambda: (torch.empty((t, h), dtype=torch.float8_e4m3fn, device=dev),
+                                                       torch.empty((t, h // 128), dtype=torch.float32, device=dev)),
+                                              calls=n),
+        "ptc_part_plan_key_lookup_us": host_time_us(key, calls=n),
+        "ptc_part_launch_prebuilt_args_us": host_time_us(lambda: go(_raw_stream(0), args, False), calls=n),
+        "ptc_part_data_ptr_us": host_time_us(x.data_ptr, calls=n),
+    }
 
 
 def main():

@@ -26,19 +26,26 @@ def e2m1_code_bits(y):
     """Bits of 2**23 + e2m1_code(|y|): the 3-bit magnitude code sits in the low byte.
 
     The grid {0, .5, 1, 1.5, 2, 3, 4, 6} has spacing .5 below 2, 1 in [2, 4) and 2
-    above. Scaling |y| by 2, 1 or 1/2 (exact) makes the spacing 1, and one FMA with
-    2**23 + offset rounds it to an integer (RNE; the offsets 0, 2, 4 are even, so
-    ties keep their parity) in the low mantissa bits. fminf caps it at code 7 and
-    maps NaN to 7 too (it returns the non-NaN operand); inf lands on the cap.
+    above, so code(a) = RNE(2a) below 2, 2 + RNE(a) in [2, 4) and 4 + RNE(a/2) above.
+    One FMA with 2**23 + offset rounds each candidate to an integer in the low mantissa
+    bits (RNE; the offsets 0, 2, 4 are even, so ties keep their parity). By monotonicity
+    of rounding the right candidate is always the smallest of the three, so the code is
+    min(c1, c2, c3, 7): three FMAs and three fminf, no compares or selects (an exhaustive
+    check over every fp32 magnitude found it identical to the select form). fminf maps
+    NaN to the cap 7 (it returns the non-NaN operand); inf lands on the cap.
     Everything here runs on the FP32 pipe, which on Hopper issues twice as fast as
     32-bit integer ops; rintf and float->int conversions would run at a quarter rate.
     """
     a = T.abs(y)
-    small, mid = a < 2.0, a < 4.0
-    scale = T.if_then_else(small, T.float32(2.0), T.if_then_else(mid, T.float32(1.0), T.float32(0.5)))
-    offset = T.if_then_else(small, T.float32(MAGIC), T.if_then_else(mid, T.float32(MAGIC + 2), T.float32(MAGIC + 4)))
-    rounded = T.call_extern("float32", "__fmaf_rn", a, scale, offset)
-    return T.reinterpret("uint32", T.call_extern("float32", "fminf", rounded, T.float32(MAGIC + 7)))
+
+    def candidate(scale, offset):
+        return T.call_extern("float32", "__fmaf_rn", a, T.float32(scale), T.float32(MAGIC + offset))
+
+    def fmin(u, v):
+        return T.call_extern("float32", "fminf", u, v)
+
+    code = fmin(fmin(candidate(2.0, 0), candidate(1.0, 2)), fmin(candidate(0.5, 4), T.float32(MAGIC + 7)))
+    return T.reinterpret("uint32", code)
 
 
 def _perm(a, b, selector):

@@ -35,6 +35,20 @@ def test_compile_fullgraph(seed):
     assert torch.equal(idx, stable_topk(scores.softmax(-1), 8))
 
 
+def test_pre_quantized_input_opcheck_and_compile(seed):
+    x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
+    data, x_sf = ref_cast(x, "e4m3", (128, 128))
+    torch.library.opcheck(torch.ops.tilekiln.per_token_cast_requant.default,
+                          (data, x_sf, 128, 128, "e4m3", 32, False, True, True, False))
+
+    def f(data, x_sf):
+        return tilekiln.quant.per_token_cast((data, x_sf), "e4m3", 32, x_block_size=(128, 128), round_sf=True)
+
+    q, sf = torch.compile(f, fullgraph=True)(data, x_sf)
+    rq, rsf = ref_cast((data, x_sf), "e4m3", (1, 32), x_block_size=(128, 128), round_sf=True)
+    assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(sf, rsf)
+
+
 def test_cuda_graph_capture_after_preload(seed):
     assert tilekiln.preload() > 0
     x = torch.randn(128, 7168, device="cuda", dtype=torch.bfloat16)
