@@ -3,6 +3,7 @@
 Importing needs neither a GPU nor a CUDA driver; kernels load on first use.
 """
 from tilekiln import config, moe, quant  # noqa: F401
+from tilekiln import transpose  # noqa: F401
 from tilekiln._runtime import DriverError, MissingSpecializationError, UnsupportedDeviceError, preload  # noqa: F401
 from tilekiln.config import (  # noqa: F401
     get_amax_clamp_for_quant,

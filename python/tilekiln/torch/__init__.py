@@ -4,6 +4,7 @@ Imports only torch, so it works on machines without tilelang or a GPU.
 """
 
 from .moe import normalize_weight, stable_topk, topk_gate_ref
+from .moe import top2_sum_gate, topk_sum_and_topk_group_idx
 from .quant import (
     FMT_MAX,
     cast,
@@ -26,5 +27,7 @@ __all__ = [
     'per_token_cast_ref',
     'stable_topk',
     'topk_gate_ref',
+    'top2_sum_gate',
+    'topk_sum_and_topk_group_idx',
     'unpack_from_e2m1fn_x2',
 ]

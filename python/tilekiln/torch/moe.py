@@ -75,3 +75,107 @@ def normalize_weight(topk_weights):
     # Tensor operands on both sides keep the eps an fp32 constant on every device.
     denominator = total + torch.full_like(total, _NORMALIZE_EPS)
     return denominator, topk_weights / denominator[:, None]
+
+
+# ---------------------------------------------------------------------------------------------
+# v1 group-limited router (DeepSeek-V3): top2_sum_gate and its group-selection helper.
+
+_SCORING_FUNCS = ('sigmoid', 'sqrtsoftplus')
+_PHYSICAL_HASH = 23333  # dup = (ep_rank + token * 23333) % logical_count[e]  (OPERATORS.md §2.3)
+
+
+def topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups):
+    """Indices [T, num_topk_groups] (int64) of the best groups, best first, ties to the lower group.
+
+    scores: fp32 [T, G, E/G]; a group's score is its largest score (num_topk_sum 1) or the
+    fp32 sum of its two largest (num_topk_sum 2; the sum of two is order-independent).
+    """
+    if not isinstance(scores, torch.Tensor) or scores.dtype != torch.float32 or scores.dim() != 3:
+        raise TypeError('scores must be a float32 tensor [T, G, E/G]')
+    if num_topk_sum not in (1, 2) or num_topk_sum > scores.shape[2]:
+        raise ValueError(f'num_topk_sum must be 1 or 2 (and <= experts per group), got {num_topk_sum!r}')
+    if not 1 <= num_topk_groups <= scores.shape[1]:
+        raise ValueError(f'num_topk_groups must be in [1, {scores.shape[1]}], got {num_topk_groups!r}')
+    top = torch.topk(scores, num_topk_sum, dim=-1).values
+    group_scores = top[..., 0] if num_topk_sum == 1 else top[..., 0] + top[..., 1]
+    return stable_topk(group_scores, num_topk_groups)
+
+
+def _router_scores(logits, scoring_func):
+    """Un-biased scores with the CUDA formulas the kernel uses (and torch's CUDA kernels use)."""
+    if scoring_func == 'sigmoid':
+        return torch.sigmoid(logits)
+    if scoring_func == 'sqrtsoftplus':
+        return torch.nn.functional.softplus(logits).sqrt()  # x > 20 ? x : log1p(exp(x)), then sqrt
+    raise ValueError(f'scoring_func must be one of {list(_SCORING_FUNCS)}, got {scoring_func!r}')
+
+
+def _mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks):
+    """Keep the experts of this TP rank's EP shards, renumbered locally; others (and -1) become -1."""
+    per_gpu = n // num_ep_ranks
+    per_dp = per_gpu * num_tp_ranks
+    valid = indices >= 0
+    keep = valid & ((torch.where(valid, indices, 0) // per_gpu) % num_tp_ranks == tp_rank)
+    local = indices - tp_rank * per_gpu
+    local = local - torch.where(keep, local, 0) // per_dp * (per_dp - per_gpu)
+    return torch.where(keep, local, torch.full_like(indices, -1))
+
+
+def top2_sum_gate(logits, bias, num_topk, num_topk_groups, num_groups, use_shared_as_routed, num_shared_experts,
+                  routed_scaling_factor, ep_rank, num_ep_ranks, tp_rank, num_tp_ranks, scoring_func, mask=None,
+                  fix_routing_mask=None, to_physical_map=None, logical_count=None, unmapped_topk_idx=None):
+    """Reference of v1 ``moe.top2_sum_gate``: returns (idx [T, K+S] int64, weights [T, K+S] fp32).
+
+    Per token: s = score(logit) (un-biased), b = s + bias (ranking only). With grouping
+    (num_groups > 0), the num_topk_groups groups with the largest top-2 sums of b survive
+    (ties to the lower group), the others are masked to -inf. The top-K experts of b
+    (stable) follow; rows with fix_routing_mask take unmapped_topk_idx instead (entries
+    outside [0, E) become -1 with weight 0). weight_k = s_k / (1e-20 + s_0 + s_1 + ...) * rsf, summed in
+    this sequential order. Shared slots K..K+S-1 get experts E.. with weight 1. Then the
+    optional logical->physical map, then expert-TP masking with
+    experts_per_rank = (E + D - 1) // num_ep_ranks. Masked tokens: idx -1, weight 0,
+    unmapped -1. ``unmapped_topk_idx`` ([T, K] int64) is written in place with the
+    logical routed experts of every active row.
+    """
+    t, e = logits.shape
+    s_count = num_shared_experts if use_shared_as_routed else 0
+    active = torch.ones(t, dtype=torch.bool, device=logits.device) if mask is None else mask.bool()
+    if not bool((torch.isfinite(logits).all(1) | ~active).all()) or not bool(torch.isfinite(bias).all()):
+        raise ValueError('logits of active tokens and bias must be finite (the kernel reports NaN/inf)')
+    scores = _router_scores(logits, scoring_func)
+    biased = scores + bias[None, :]
+    if num_groups and num_groups != num_topk_groups:
+        per_group = e // num_groups
+        top_groups = topk_sum_and_topk_group_idx(biased.view(t, num_groups, per_group), 2, num_topk_groups)
+        keep = torch.zeros((t, num_groups), dtype=torch.bool, device=logits.device)
+        keep.scatter_(1, top_groups, True)
+        keep = keep[:, :, None].expand(t, num_groups, per_group).reshape(t, e)
+        biased = biased.masked_fill(~keep, float('-inf'))
+    idx = torch.sort(biased, dim=1, descending=True, stable=True).indices[:, :num_topk]
+    if fix_routing_mask is not None and unmapped_topk_idx is not None:
+        given = unmapped_topk_idx
+        given = torch.where((given < 0) | (given >= e), -1, given)  # anything outside [0, E) counts as none
+        idx = torch.where(fix_routing_mask.bool()[:, None], given, idx)
+    picked = torch.where(idx >= 0, scores.gather(1, idx.clamp(min=0)), torch.zeros((), device=logits.device))
+    denominator = torch.full((t,), _NORMALIZE_EPS, dtype=torch.float32, device=logits.device)
+    for k in range(num_topk):  # sequential, from 1e-20
+        denominator = denominator + picked[:, k]
+    weights = picked / denominator[:, None] * torch.tensor(routed_scaling_factor, dtype=torch.float32)
+    if unmapped_topk_idx is not None:
+        unmapped_topk_idx.copy_(torch.where(active[:, None], idx, -1))
+    if s_count:
+        shared = torch.arange(e, e + s_count, device=logits.device).expand(t, s_count)
+        idx = torch.cat([idx, shared], dim=1)
+        weights = torch.cat([weights, torch.ones((t, s_count), dtype=torch.float32, device=logits.device)], dim=1)
+    extra = 0
+    if to_physical_map is not None and logical_count is not None:
+        extra = to_physical_map.shape[1] - 1
+        valid = idx >= 0
+        logical = idx.clamp(min=0)
+        token = torch.arange(t, device=logits.device, dtype=torch.int64)[:, None]
+        dup = (ep_rank + token * _PHYSICAL_HASH) % logical_count.long()[logical]
+        idx = torch.where(valid, to_physical_map.long()[logical, dup], -1)
+    idx = _mask_indices_by_tp(idx, e + extra, num_ep_ranks, tp_rank, num_tp_ranks)
+    idx = torch.where(active[:, None], idx, -1)
+    weights = torch.where(active[:, None], weights, torch.zeros((), device=logits.device))
+    return idx.contiguous(), weights.contiguous()

@@ -1,0 +1,89 @@
+"""Benchmarks of the router and transpose ops (issue 4) on DeepSeek-V3 shapes; JSON like bench_foundation.
+
+  python benchmarks/bench_ops_moe.py --out results.json
+
+Records: top2_sum_gate (T=16384, E=256, 8 groups, top-4 groups, K=8; target <= 15 us),
+normalize_weight (T=16384, K=8), batched_transpose / transpose (e4m3, bf16, fp32; bytes
+= input read once + output written once, with % of the copy ceiling measured in the same run).
+"""
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+
+
+def main():
+    import tilekiln
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--tokens", type=int, default=16384)
+    args = p.parse_args()
+    T = args.tokens
+    torch.manual_seed(0)
+    ceiling = copy_ceiling_gbs()
+    records = [{"name": "copy_ceiling", "bandwidth_gbs": ceiling}]
+
+    def record(name, fn, inputs, outputs, params, target_us=None):
+        t = graph_time_us(fn)
+        moved = nbytes(*inputs, *outputs)
+        gbs = moved / t / 1e3
+        r = {"name": name, "params": params, "time_us": round(t, 2), "bytes": moved, "bandwidth_gbs": round(gbs, 1),
+             "pct_of_copy": round(100 * gbs / ceiling, 1)}
+        if target_us is not None:
+            r["target_us"] = target_us
+        records.append(r)
+
+    e = 256
+    logits = torch.randn(T, e, device="cuda")
+    bias = torch.randn(e, device="cuda") * 0.1
+    for scoring in ("sigmoid", "sqrtsoftplus"):
+        def gate(scoring=scoring):
+            return tilekiln.moe.top2_sum_gate(logits, bias, 8, 4, 8, False, 0, 2.5, 0, 1, 0, 1, scoring)
+        idx, w = gate()
+        record("top2_sum_gate", gate, (logits, bias), (idx, w),
+               {"T": T, "E": e, "groups": 8, "topk_groups": 4, "K": 8, "scoring": scoring}, target_us=15)
+    mask = torch.ones(T, dtype=torch.bool, device="cuda")
+    phys = torch.randint(0, e + 32, (e + 1, 33), device="cuda", dtype=torch.int32)
+    count = torch.randint(1, 34, (e + 1,), device="cuda", dtype=torch.int32)
+    un = torch.empty(T, 8, dtype=torch.int64, device="cuda")
+
+    def full_gate():
+        return tilekiln.moe.top2_sum_gate(logits, bias, 8, 4, 8, True, 1, 2.5, 0, 8, 0, 1, "sigmoid", mask=mask,
+                                          to_physical_map=phys, logical_count=count, unmapped_topk_idx=un)
+    idx, w = full_gate()
+    record("top2_sum_gate", full_gate, (logits, bias, mask), (idx, w, un),
+           {"T": T, "E": e, "groups": 8, "topk_groups": 4, "K": 8, "S": 1, "mask": True, "eplb_map": True,
+            "ep": 8}, target_us=15)
+
+    tw = torch.rand(T, 8, device="cuda")
+    den, out = tilekiln.moe.normalize_weight(tw)
+    record("normalize_weight", lambda: tilekiln.moe.normalize_weight(tw), (tw,), (den, out), {"T": T, "K": 8})
+
+    for dtype in (torch.bfloat16, torch.float32, torch.float8_e4m3fn):
+        for b, m, n in ((8, 7168, 4096), (8, 2048, 7168)):
+            x = torch.randn(b, m, n, device="cuda").to(dtype)
+            y = tilekiln.transpose.batched_transpose(x)
+            record("batched_transpose", lambda x=x: tilekiln.transpose.batched_transpose(x), (x,), (y,),
+                   {"B": b, "M": m, "N": n, "dtype": str(dtype).replace("torch.", "")})
+        x = torch.randn(T, 7168, device="cuda").to(dtype)
+        y = tilekiln.transpose.transpose(x)
+        record("transpose", lambda x=x: tilekiln.transpose.transpose(x), (x,), (y,),
+               {"M": T, "N": 7168, "dtype": str(dtype).replace("torch.", "")})
+
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "tilekiln": tilekiln.__version__,
+            "command": " ".join(sys.argv)}
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "records": records}, f, indent=1)
+    for r in records:
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
