@@ -1,7 +1,7 @@
 """Content-addressed build cache: lowered sources and cubins keyed on what determines them.
 
-Keys hash contents, never paths or timestamps: the kernel module's source and the
-shared kernel/extractor sources, the variant's parameters, the arch, the toolchain
+Keys hash contents, never paths or timestamps: the kernel module's source, the
+kernels/common modules it imports (transitively), the extractor sources, the variant's parameters, the arch, the toolchain
 versions and the nvcc flags. A rebuild in another directory, a CMake wheel build
 and ``python -m build_tools build`` all share one cache, so an unchanged kernel is
 lowered and compiled once per machine. Writes are atomic (temp file + rename).
@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib.metadata
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -31,16 +32,37 @@ def cache_dir():
 @functools.cache
 def _shared_digest():
     h = hashlib.sha256()
-    paths = [_ROOT / p for p in _SHARED_SOURCES] + sorted((_ROOT / "kernels" / "common").glob("*.py"))
-    for p in paths:
+    for p in (_ROOT / p for p in _SHARED_SOURCES):
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
     h.update(importlib.metadata.version("tilelang").encode())
     return h.hexdigest()
 
 
+_COMMON_IMPORT = re.compile(r"kernels\.common(?:\.(\w+)|\s+import\s+([\w, ]+))")
+
+
+def _common_deps(source, seen=None):
+    """The kernels/common modules a kernel source imports, transitively (sorted paths).
+
+    Only these enter the kernel's key, so editing one shared helper rebuilds the kernels
+    that use it and no others."""
+    seen = set() if seen is None else seen
+    for m in _COMMON_IMPORT.finditer(source):
+        names = [m.group(1)] if m.group(1) else [n.strip() for n in m.group(2).split(",")]
+        for name in names:
+            path = _ROOT / "kernels" / "common" / f"{name}.py"
+            if name and path not in seen and path.exists():
+                seen.add(path)
+                _common_deps(path.read_text(), seen)
+    return sorted(seen)
+
+
 def lower_key(variant, arch, module_file):
     h = hashlib.sha256(f"lower:{CACHE_VERSION}:{variant.key}:{arch}:{_shared_digest()}".encode())
-    h.update(Path(module_file).read_bytes())
+    source = Path(module_file).read_bytes()
+    h.update(source)
+    for dep in _common_deps(source.decode()):
+        h.update(b"\0" + dep.name.encode() + b"\0" + dep.read_bytes())
     return h.hexdigest()
 
 
