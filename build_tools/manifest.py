@@ -90,8 +90,10 @@ def load(path):
 
 def expand(op, tables, source="<manifest>"):
     mod = kernel_module(op)
+    defaults = getattr(mod, "PARAM_DEFAULTS", {})  # knobs added later, so older manifests keep working
     out = []
     for table in tables:
+        table = {**defaults, **table}
         missing = [n for n in mod.PARAM_NAMES if n not in table]
         extra = [n for n in table if n not in mod.PARAM_NAMES]
         if missing or extra:

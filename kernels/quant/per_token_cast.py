@@ -7,7 +7,8 @@ the data is scaled by the one product x_sf * sf_inv, as OPERATORS.md §2.1 says.
 
 Compile-time (one cubin each): input dtype and input scale kind, output format,
 channels per scale block, scale storage kind, and whether scales are supplied by
-the caller.
+the caller, and stochastic rounding (OPERATORS.md §2.2: the quad hash of
+kernels/common/stochastic.py, quad index = position of the 4 values within the row).
 Runtime (kernel arguments): token count, hidden size, every stride, round_sf
 for fp32 scales, whether to store the data (the sf-only variant) and the amax
 floor. Row-major and TMA-aligned column-major scales differ only in strides,
@@ -19,7 +20,8 @@ one 16-byte load. The lanes of a scale block (g/VEC of them, aligned) reduce
 their amax with xor shuffles; no shared memory, no block barrier.
 """
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
+PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic")
+PARAM_DEFAULTS = {"stochastic": False}
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
@@ -55,6 +57,8 @@ def invalid_reason(p):
         return "precomputed scales are fp32 or e4m3"
     if p["rows"] not in ROW_CHOICES:
         return f"rows must be one of {ROW_CHOICES}"
+    if p["stochastic"] and (p["fmt"] != "e4m3" or p["in_sf_kind"] != "none"):
+        return "stochastic_cast rounds plain bf16/fp32 input to e4m3 only (OPERATORS.md §2.2)"
     return None
 
 
@@ -68,6 +72,7 @@ def build(p, arch):
     import tilelang.language as T
 
     from kernels.common.numerics import e2m1_pack, pow2, round_sf_exponent
+    from kernels.common.stochastic import fp32_bits, quad_random_bits, to_e4m3x4_stochastic
 
     del arch
     in_dtype, in_sf_kind, fmt, g = p["in_dtype"], p["in_sf_kind"], p["fmt"], p["num_per_channels"]
@@ -87,6 +92,9 @@ def build(p, arch):
     fmt_max = FMT_MAX[fmt]
     # e4m3 is stored element-wise; e2m1 as one packed word per thread (vec nibbles).
     out_storage = "float8_e4m3fn" if fmt == "e4m3" else ("uint32" if vec == 8 else "uint16")
+    stochastic = bool(p["stochastic"])
+    if stochastic:  # four e4m3 bytes are built as one word per quad
+        out_storage = "uint32"
     sf_storage = SF_STORAGE[sf_kind]
     x_numel, out_numel, sf_numel, x_sf_numel = T.dynamic("x_numel, out_numel, sf_numel, x_sf_numel")
 
@@ -241,7 +249,14 @@ def build(p, arch):
                 for r in T.unroll(rows):
                     row = bx * rows + r
                     if row < num_tokens and col_ok:
-                        if fmt == "e4m3":
+                        if stochastic:
+                            # out_stride_unit counts vec bytes; a quad of e4m3 is one 4-byte word.
+                            base = T.Cast("int64", row) * (out_stride_unit * (vec // 4)) + col // 4
+                            for j in T.unroll(vec // 4):
+                                bits = [fp32_bits(T.Cast("float32", xr[r, 4 * j + i]) * sf_inv[r]) for i in range(4)]
+                                r0, _ = quad_random_bits(*bits, col // 4 + j)
+                                out[base + j] = to_e4m3x4_stochastic(*bits, r0)
+                        elif fmt == "e4m3":
                             if in_dtype == "e2m1":
                                 for i in T.unroll(vec):
                                     ql[i] = T.Cast("float8_e4m3fn", value(xr, xw, r, i) * sf_inv[r])

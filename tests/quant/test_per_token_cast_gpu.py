@@ -132,3 +132,33 @@ def test_requantize_column_major_input_scales(seed):
     rq, rsf = ref_cast(x, "e4m3", (1, 32), x_block_size=(1, 128))
     _assert_bitwise(q, rq, "data")
     _assert_bitwise(sf, rsf, "scales")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("g", [32, 128])
+@pytest.mark.parametrize("opt", ["fp32", "ue8m0-col"])
+@pytest.mark.parametrize("shape", [(1, 64), (130, 7168), (4099, 2048)])
+def test_stochastic_cast_matches_reference(seed, dtype, g, opt, shape):
+    round_sf, packed, e4m3sf, col = SCALE_OPTIONS[opt]
+    x = _input(*shape, dtype)
+    q, sf = tilekiln.quant.per_token_cast(x, "e4m3", g, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+                                          use_packed_ue8m0=packed, stochastic_cast=True)
+    rq, rsf = ref_cast(x, "e4m3", (1, g), round_sf=round_sf, use_tma_aligned_col_major_sf=col,
+                       use_packed_ue8m0=packed, stochastic=True)
+    _assert_bitwise(q, rq, "data")
+    _assert_bitwise(sf, rsf, "scales")
+    q2, _ = tilekiln.quant.per_token_cast(x, "e4m3", g, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+                                          use_packed_ue8m0=packed, stochastic_cast=True)
+    _assert_bitwise(q2, q, "deterministic rerun")
+
+
+def test_stochastic_cast_is_unbiased(seed):
+    # Values strictly between two e4m3 neighbours: P(rounded below the value) must be ~1/2 on
+    # average (check_bias of OPERATORS.md §7: |P - 0.5| < 10 / sqrt(n)).
+    x = (torch.rand(4096, 2048, device="cuda") * 2 - 1) * 300
+    q, sf = tilekiln.quant.per_token_cast(x, "e4m3", 128, round_sf=True, stochastic_cast=True)
+    decoded = q.float() * sf.repeat_interleave(128, dim=1)
+    inexact = decoded != x
+    n = int(inexact.sum())
+    p_below = float((decoded < x)[inexact].float().mean())
+    assert n > 10000 and abs(p_below - 0.5) < 10 / n ** 0.5

@@ -1,11 +1,20 @@
 """Quantization operators (tile_kernels.quant compatible)."""
+from typing import Optional
+
 import torch
 
 from tilekiln.quant import _per_token
+from tilekiln.quant import _norm
+from tilekiln.quant._norm import (  # noqa: F401
+    norm_backward,
+    norm_backward_num_partials,
+    norm_forward_and_per_token_cast,
+)
 from tilekiln.quant._per_token import (  # noqa: F401
     per_token_cast_with_precomputed_sf,
     per_token_cast_with_sf_only,
 )
+from tilekiln.quant._swiglu import swiglu_forward, swiglu_forward_and_per_token_cast  # noqa: F401
 from tilekiln.torch.quant import unpack_from_e2m1fn_x2  # noqa: F401  (host helper, no kernel)
 
 __all__ = ["per_token_cast", "per_token_cast_with_sf_only", "per_token_cast_with_precomputed_sf",
@@ -71,3 +80,108 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
                                                              round_sf, use_packed_ue8m0, use_e4m3_sf)
     return _per_token.per_token_cast(x, fmt, num_per_channels, x_block_size, use_tma_aligned_col_major_sf, round_sf,
                                      use_packed_ue8m0, use_e4m3_sf, stochastic_cast, out)
+
+
+# ---- RMSNorm (kernels/quant/norm_forward.py, norm_backward.py) ----
+__all__ += ["norm_forward", "norm_forward_and_per_token_cast", "norm_backward", "norm_backward_num_partials"]
+
+
+@torch.library.custom_op("tilekiln::norm_forward", mutates_args=(), device_types="cuda")
+def _norm_forward_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, residual: Optional[torch.Tensor],
+                     out_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # Outputs may not alias inputs: norm_input is substituted by the wrapper, and the
+    # residual_out slot is an empty tensor when there is no residual.
+    y, rstd, norm_input = _norm.norm_forward(x, weight, eps, residual, out_scale, with_rstd=True)
+    return y, rstd, (norm_input if residual is not None else x.new_empty(0))
+
+
+@_norm_forward_op.register_fake
+def _(x, weight, eps, residual, out_scale):
+    if x.dim() not in (2, 3) or x.dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"x must be a 2-D or 3-D bf16/fp32 tensor, got {tuple(x.shape)} {x.dtype}")
+    ro = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else x.new_empty(0)
+    return (torch.empty(x.shape, dtype=x.dtype, device=x.device),
+            torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device), ro)
+
+
+def norm_forward(x, weight, eps, residual=None, out_scale=1.0, out=None, residual_out=None, with_rstd=False):
+    """RMSNorm with optional fused residual add; returns ``(out, rstd or None, norm_input)``.
+
+    Same signature and outputs as tile_kernels 2.1 ``quant.norm_forward``; numerics and the
+    fixed summation order are documented in ``tilekiln.torch.norm``. Under ``torch.compile``
+    (fresh outputs) the call goes through the registered op ``tilekiln::norm_forward``.
+    """
+    if torch.compiler.is_compiling() and out is None and residual_out is None:
+        y, rstd, ro = torch.ops.tilekiln.norm_forward(x, weight, eps, residual, out_scale)
+        return y, (rstd if with_rstd else None), (ro if residual is not None else x)
+    return _norm.norm_forward(x, weight, eps, residual, out_scale, out, residual_out, with_rstd)
+
+
+# ---- cast and per_channel_cast (kernels/quant/cast.py, per_channel_cast.py) ----
+from tilekiln.quant import _cast, _per_channel  # noqa: E402
+
+__all__ += ["cast", "per_channel_cast"]
+
+
+@torch.library.custom_op("tilekiln::cast", mutates_args=(), device_types="cuda")
+def _cast_op(x: torch.Tensor, dtype: torch.dtype, stochastic_rounding: bool) -> torch.Tensor:
+    return _cast.cast(x, dtype, stochastic_rounding)
+
+
+@_cast_op.register_fake
+def _(x, dtype, stochastic_rounding):
+    _cast.check_args(x, dtype, stochastic_rounding)
+    return torch.empty(x.shape, dtype=dtype, device=x.device)
+
+
+def cast(x, dtype, stochastic_rounding=False):
+    """Element-wise dtype conversion, optionally with deterministic stochastic rounding.
+
+    Same signature and results as tile_kernels 2.1 ``quant.cast``: x is any contiguous
+    tensor (flattened); pairs and numerics in ``tilekiln.torch.stochastic.cast_dtype``.
+    Under ``torch.compile`` the call goes through the registered op ``tilekiln::cast``.
+    """
+    if torch.compiler.is_compiling():
+        return torch.ops.tilekiln.cast(x, dtype, stochastic_rounding)
+    return _cast.cast(x, dtype, stochastic_rounding)
+
+
+@torch.library.custom_op("tilekiln::per_channel_cast", mutates_args=(), device_types="cuda")
+def _per_channel_cast_op(x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool,
+                         use_packed_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _per_channel.per_channel_cast(x, fmt, num_per_tokens, round_sf, None, use_packed_ue8m0)
+
+
+@_per_channel_cast_op.register_fake
+def _(x, fmt, num_per_tokens, round_sf, use_packed_ue8m0):
+    _per_channel.check_args(x, fmt, num_per_tokens, round_sf, None, use_packed_ue8m0)
+    return _per_channel.alloc(x, num_per_tokens, use_packed_ue8m0)
+
+
+def per_channel_cast(x, fmt, num_per_tokens, round_sf=False, num_per_channels=None, use_packed_ue8m0=False):
+    """Per-channel FP8 quantization over ``num_per_tokens``-row blocks; returns (q [T, H], sf).
+
+    Same signature, semantics and outputs as tile_kernels 2.1 ``quant.per_channel_cast``
+    for bf16/fp32 input. Under ``torch.compile`` it goes through ``tilekiln::per_channel_cast``.
+    """
+    if torch.compiler.is_compiling() and num_per_channels is None and isinstance(x, torch.Tensor):
+        return torch.ops.tilekiln.per_channel_cast(x, fmt, num_per_tokens, round_sf, use_packed_ue8m0)
+    return _per_channel.per_channel_cast(x, fmt, num_per_tokens, round_sf, num_per_channels, use_packed_ue8m0)
+
+
+__all__ += ["swiglu_forward_and_per_token_cast", "swiglu_forward"]
+
+# per_block_cast family and dequantization (custom ops registered in their modules).
+from tilekiln.quant._cast_back import (  # noqa: E402
+    cast_back,
+    per_token_cast_and_cast_back,
+    per_token_cast_back,
+)
+from tilekiln.quant._per_block import (  # noqa: E402
+    per_block_cast,
+    per_block_cast_with_precomputed_sf,
+    per_block_cast_with_sf_only,
+)
+
+__all__ += ["per_block_cast", "per_block_cast_with_sf_only", "per_block_cast_with_precomputed_sf", "cast_back",
+            "per_token_cast_back", "per_token_cast_and_cast_back"]

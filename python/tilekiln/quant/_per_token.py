@@ -12,7 +12,7 @@ from tilekiln import config
 from tilekiln._runtime import _raw_stream, checks, launch, store
 
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows")
+PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic")
 # Rows per thread, measured on the H200 (benchmarks/bench_tuning.py); the default manifest builds these.
 ROWS = {"bfloat16": 4, "float32": 4, "float8_e4m3fn": 4, "e2m1": 4}
 _PLAIN_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -163,13 +163,13 @@ def _check_sf_out(sf, src, g, kind, name):
                          f"{tuple(sf.shape)}, strides {tuple(sf.stride())}")
 
 
-def _run(src, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp):
+def _run(src, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, stochastic=False):
     if src.t == 0:
         return
     unit = src.vec if fmt == "e4m3" else src.vec // 2
     sf_t, sf_k = _sf_strides(sf, kind == "ue8m0")
     x_sf, in_kind, in_t, in_k, gm, gk = src.scales or (None, "none", 0, 0, 1, 1)
-    values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, ROWS[src.in_dtype])
+    values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, ROWS[src.in_dtype], stochastic)
     args = (src.data.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), src.t, src.h // 64,
             src.stride_vec, (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf),
             int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk)
@@ -187,7 +187,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     vec = 8 if x.dtype == torch.bfloat16 else 4
     kind = _sf_kind(e4m3sf, packed)
     h = x.shape[1]
-    values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, ROWS[_PLAIN_NAMES[x.dtype]])
+    values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, ROWS[_PLAIN_NAMES[x.dtype]], False)
     device, index = x.device, x.device.index
     go = store().kernel(OP, PARAM_NAMES, values, index).launcher_for(index)
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
@@ -242,15 +242,15 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
         if result is not None:
             return result
     checks.flag("stochastic_cast", stochastic_cast)
-    if stochastic_cast:
-        raise NotImplementedError("stochastic_cast needs the sm_100 cvt.rs instruction and is not built into this "
-                                  "TileKiln release; use tilekiln.torch.cast semantics or stochastic_cast=False")
+    if stochastic_cast and (fmt != "e4m3" or isinstance(x, (tuple, list))):
+        raise ValueError(f"stochastic_cast=True rounds plain bf16/fp32 input to fmt='e4m3' only (OPERATORS.md §2.2); "
+                         f"got fmt={fmt!r}{' and pre-quantized input' if isinstance(x, (tuple, list)) else ''}")
     return _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf,
-                                   use_packed_ue8m0, use_e4m3_sf, out, x_block_size)
+                                   use_packed_ue8m0, use_e4m3_sf, out, x_block_size, stochastic_cast)
 
 
 def _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0,
-                            use_e4m3_sf, out, x_block_size=None):
+                            use_e4m3_sf, out, x_block_size=None, stochastic=False):
     """The fully validated path (first call of a plan, ``out=``, pre-quantized or odd inputs)."""
     src = _check_x(x, x_block_size)
     _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf)
@@ -270,7 +270,7 @@ def _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_
         sf = _sf_storage(t, _ceil_div(h, num_per_channels), _SF_DTYPE[kind], use_tma_aligned_col_major_sf,
                          src.data.device, kind == "ue8m0")
     clamp = config.get_amax_clamp_for_quant(fmt, use_e4m3_sf)
-    _run(src, q, sf, fmt, num_per_channels, kind, False, round_sf, True, clamp)
+    _run(src, q, sf, fmt, num_per_channels, kind, False, round_sf, True, clamp, stochastic)
     return q, sf
 
 

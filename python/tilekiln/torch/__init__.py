@@ -5,6 +5,9 @@ Imports only torch, so it works on machines without tilelang or a GPU.
 
 from .moe import normalize_weight, stable_topk, topk_gate_ref
 from .moe import top2_sum_gate, topk_sum_and_topk_group_idx
+from .norm import norm_backward_ref, norm_forward_ref
+from .stochastic import cast_dtype, stochastic_round
+from .swiglu import get_mapping_from_psum, swiglu_backward, swiglu_forward
 from .quant import (
     FMT_MAX,
     cast,
@@ -17,6 +20,13 @@ from .quant import (
 )
 
 __all__ = [
+    'get_mapping_from_psum',
+    'swiglu_backward',
+    'swiglu_forward',
+    'cast_dtype',
+    'stochastic_round',
+    'norm_backward_ref',
+    'norm_forward_ref',
     'FMT_MAX',
     'cast',
     'cast_back',
@@ -31,3 +41,15 @@ __all__ = [
     'topk_sum_and_topk_group_idx',
     'unpack_from_e2m1fn_x2',
 ]
+
+from .quant_block import (  # noqa: E402
+    per_block_cast_ref,
+    per_token_cast_and_cast_back_ref,
+    per_token_cast_back_ref,
+)
+
+__all__ += ['per_block_cast_ref', 'per_token_cast_and_cast_back_ref', 'per_token_cast_back_ref']
+
+from .fused import expand_to_fused, expand_to_fused_with_sf, fma_f32, get_fused_mapping, reduce_fused  # noqa: E402
+
+__all__ += ['expand_to_fused', 'expand_to_fused_with_sf', 'fma_f32', 'get_fused_mapping', 'reduce_fused']

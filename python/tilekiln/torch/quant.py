@@ -186,6 +186,19 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
     return _e2m1_table(x.device)[nibbles].to(out_dtype)
 
 
+def _encode_stochastic_rows(y, fmt):
+    """Stochastic e4m3 of fp32 ``y [T, H]``; the hash's quad index restarts at 0 on every row."""
+    from .stochastic import e4m3_byte_stochastic, fp32_bits, quad_random_bits
+    if fmt != 'e4m3' or y.shape[1] % 4:
+        raise ValueError(f"stochastic rounding needs fmt='e4m3' and H % 4 == 0, got {fmt!r}, H={y.shape[1]}")
+    t, h = y.shape
+    bits = fp32_bits(y.reshape(-1))
+    quads = torch.arange(h // 4, dtype=torch.int64, device=y.device).repeat(t)
+    r0, _ = quad_random_bits(bits, quad_index=quads)
+    r16 = torch.stack((r0 & 0xFFFF, r0 & 0xFFFF, r0 >> 16, r0 >> 16), dim=1).reshape(-1)
+    return e4m3_byte_stochastic(bits, r16).to(torch.uint8).view(torch.float8_e4m3fn).reshape(t, h)
+
+
 def _encode(y, fmt):
     if fmt == 'e4m3':
         return _to_e4m3(y)
@@ -337,7 +350,7 @@ def _input_fp32(x, x_block_size):
 
 def cast(x, fmt, block_size, sf=None, x_block_size=None, round_sf=False,
          use_tma_aligned_col_major_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False,
-         clamp_min_value=None):
+         clamp_min_value=None, stochastic=False):
     """Quantize ``x`` to ``fmt`` with one scale per ``block_size = (gm, g)`` block.
 
     x: bf16/fp32 ``[T, H]``, or a ``(data, sf)`` pair of already-quantized input
@@ -349,6 +362,9 @@ def cast(x, fmt, block_size, sf=None, x_block_size=None, round_sf=False,
         ``1 / float32(sf)`` and **only the quantized data is returned**;
         round_sf and use_e4m3_sf do not change the result in that case.
     clamp_min_value: amax floor; None means ``default_clamp_min(fmt, use_e4m3_sf)``.
+    stochastic: e4m3 only: round the scaled values with the deterministic stochastic
+        rounding of OPERATORS.md §2.2 (``per_token_cast(..., stochastic_cast=True)``),
+        the quad index counting 4-value groups from the start of each row.
 
     Returns ``(q, sf)`` where sf is fp32, e4m3 (use_e4m3_sf) or packed int32
     (use_packed_ue8m0), optionally in the TMA-aligned column-major layout.
@@ -370,7 +386,8 @@ def cast(x, fmt, block_size, sf=None, x_block_size=None, round_sf=False,
     amax = _block_amax(x32, block)
     amax = torch.maximum(amax, _const(amax, clamp_min))
     sf_out, sf_inv = _compute_scales(amax, fmt, round_sf, use_e4m3_sf)
-    q = _encode(values * _multiplier(in_scale, _expand(sf_inv, block, x32.shape)), fmt)
+    scaled = values * _multiplier(in_scale, _expand(sf_inv, block, x32.shape))
+    q = _encode_stochastic_rows(scaled, fmt) if stochastic else _encode(scaled, fmt)
 
     if use_packed_ue8m0:
         sf_out = _pack_ue8m0(_ue8m0_bytes(sf_out), _ue8m0_pack_dim(block))

@@ -1,0 +1,63 @@
+"""quant.cast and per_channel_cast benchmarks on the GPU (DeepSeek-V3 sizes): one JSON record per figure.
+
+    python benchmarks/bench_ops_cast.py --out results.json
+
+Figures: cast fp32 -> bf16 (RNE and stochastic), fp32 -> e4m3 stochastic, bf16 -> e4m3
+stochastic, and per_channel_cast bf16 gm=128 (fp32 and packed UE8M0 scales), at
+T=16384, H=7168. Bytes = each input read once + each output written once
+(OPERATORS.md §3.2: cast n*(b_in + b_out); per_channel_cast T*H*b_in + T*H + (T/gm)*H*s).
+The copy ceiling is measured in the same run.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+
+import tilekiln  # noqa: E402
+
+
+def _record(name, params, fn, moved, ceiling):
+    t = graph_time_us(fn)
+    bw = moved / (t * 1e-6) / 1e9
+    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
+               pct_of_copy=round(100 * bw / ceiling, 1))
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=7168)
+    args = ap.parse_args()
+    t, h = args.tokens, args.hidden
+    ceiling = copy_ceiling_gbs()
+    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
+    records = []
+    x32 = torch.randn(t, h, device="cuda")
+    x16 = x32.bfloat16()
+    for src, dst, sr in ((x32, torch.bfloat16, False), (x32, torch.bfloat16, True),
+                         (x32, torch.float8_e4m3fn, True), (x16, torch.float8_e4m3fn, True)):
+        y = tilekiln.quant.cast(src, dst, sr)
+        records.append(_record(
+            "cast", dict(T=t, H=h, in_dtype=str(src.dtype), out_dtype=str(dst), stochastic_rounding=sr),
+            lambda src=src, dst=dst, sr=sr: tilekiln.quant.cast(src, dst, sr), nbytes(src, y), ceiling))
+    for packed in (False, True):
+        q, sf = tilekiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed, use_packed_ue8m0=packed)
+        records.append(_record(
+            "per_channel_cast", dict(T=t, H=h, in_dtype="torch.bfloat16", num_per_tokens=128, round_sf=packed,
+                                     use_packed_ue8m0=packed),
+            lambda packed=packed: tilekiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed,
+                                                                  use_packed_ue8m0=packed),
+            nbytes(x16, q, sf), ceiling))
+    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""per_block_cast, cast_back and fake-quant benchmarks on the GPU (DeepSeek-V3 sizes): one JSON record per figure.
+
+    python benchmarks/bench_ops_per_block.py --out results.json
+
+Figures at T=16384, H=7168: per_block_cast bf16 -> e4m3 128x128 and 32x32 (fp32 and packed
+UE8M0 scales), bf16 -> e2m1 128x128, fp32 -> e4m3 128x128; cast_back e4m3 1x128 and 128x128
+to bf16, e2m1 1x32 to bf16; per_token_cast_and_cast_back bf16 e4m3 g=128. Bytes = each
+input read once + each output written once (OPERATORS.md §3.2; fake quant 2*T*H*b, in place).
+The copy ceiling is measured in the same run.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+
+import tilekiln  # noqa: E402
+from tilekiln.torch import cast as ref_cast  # noqa: E402
+
+Q = tilekiln.quant
+
+
+def _record(name, params, fn, moved, ceiling):
+    t = graph_time_us(fn)
+    bw = moved / (t * 1e-6) / 1e9
+    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
+               pct_of_copy=round(100 * bw / ceiling, 1))
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=7168)
+    args = ap.parse_args()
+    t, h = args.tokens, args.hidden
+    ceiling = copy_ceiling_gbs()
+    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
+    records = []
+    x32 = torch.randn(t, h, device="cuda")
+    x16 = x32.bfloat16()
+
+    for x, fmt, block, packed in ((x16, "e4m3", (128, 128), False), (x16, "e4m3", (128, 128), True),
+                                  (x16, "e4m3", (32, 32), False), (x16, "e4m3", (32, 32), True),
+                                  (x16, "e2m1", (128, 128), False), (x32, "e4m3", (128, 128), False)):
+        q, sf = Q.per_block_cast(x, fmt, block, round_sf=packed, use_packed_ue8m0=packed)
+        records.append(_record(
+            "per_block_cast", dict(T=t, H=h, in_dtype=str(x.dtype), fmt=fmt, block_size=list(block),
+                                   round_sf=packed, use_packed_ue8m0=packed),
+            lambda x=x, fmt=fmt, block=block, packed=packed: Q.per_block_cast(x, fmt, block, round_sf=packed,
+                                                                              use_packed_ue8m0=packed),
+            nbytes(x, q, sf), ceiling))
+
+    for fmt, block, opts in (("e4m3", (1, 128), {}), ("e4m3", (128, 128), {}), ("e4m3", (128, 128), {"round_sf": True,
+                             "use_packed_ue8m0": True}), ("e2m1", (1, 32), {"round_sf": True,
+                                                                             "use_packed_ue8m0": True})):
+        qx = tuple(v.cuda() for v in ref_cast(x32, fmt, block, **opts))
+        y = Q.cast_back(qx, "bf16", block)
+        records.append(_record(
+            "cast_back", dict(T=t, H=h, fmt=fmt, x_block_size=list(block), sf_dtype=str(qx[1].dtype), out="bf16"),
+            lambda qx=qx, block=block: Q.cast_back(qx, "bf16", block), nbytes(*qx, y), ceiling))
+
+    xf = x16.clone()
+    records.append(_record(
+        "per_token_cast_and_cast_back", dict(T=t, H=h, dtype="torch.bfloat16", fmt="e4m3", num_per_channels=128),
+        lambda: Q.per_token_cast_and_cast_back(xf, "e4m3", 128), 2 * nbytes(xf), ceiling))
+    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""SwiGLU benchmarks on the GPU (DeepSeek-V3 MoE: I = 2048, T = 16384 expanded tokens): one JSON record each.
+
+    python benchmarks/bench_ops_swiglu.py --out results.json
+
+Bytes = each input read once + each output written once, valid rows only (padding rows are
+neither read nor written): x N_valid*2I*b_in, topk_weights 4N, psum 4E, data N_valid*I*b_out,
+scales at their allocated size. Target: e4m3 1x128 >= 90% of the measured copy bandwidth
+(peer tile_kernels 2.1: ~76%).
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+
+import tilekiln  # noqa: E402
+
+
+def _record(name, params, fn, moved, ceiling):
+    t = graph_time_us(fn)
+    bw = moved / (t * 1e-6) / 1e9
+    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
+               pct_of_copy=round(100 * bw / ceiling, 1))
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def _psum(n_valid, experts, alignment=128):
+    """Equal experts of n_valid/experts tokens each, starting aligned: (psum, N)."""
+    per = n_valid // experts
+    ends, end = [], 0
+    for _ in range(experts):
+        start = -(-end // alignment) * alignment
+        end = start + per
+        ends.append(end)
+    return torch.tensor(ends, dtype=torch.int32, device="cuda"), -(-end // alignment) * alignment
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--inter", type=int, default=2048)
+    args = ap.parse_args()
+    t, i = args.tokens, args.inter
+    ceiling = copy_ceiling_gbs()
+    records = [dict(name="copy_ceiling", bandwidth_gbs=round(ceiling, 1))]
+    torch.manual_seed(0)
+    for experts in (0, 32):
+        psum, n = (None, t) if experts == 0 else _psum(t, experts)
+        x = torch.randn(n, 2 * i, device="cuda").to(torch.bfloat16)
+        w = torch.rand(n, device="cuda")
+        n_valid = t
+        x_bytes = n_valid * 2 * i * 2 + nbytes(w) + (nbytes(psum) if psum is not None else 0)
+        base = dict(tokens=t, inter=i, experts=experts, in_dtype="bf16", weights=True)
+        for g, round_sf, packed in ((128, False, False), (128, True, True), (32, True, False)):
+            q, sf = tilekiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", g, psum, w, 2.5, round_sf=round_sf,
+                                                                     use_packed_ue8m0=packed)
+            moved = x_bytes + n_valid * i + nbytes(sf)
+
+            def fn(g=g, round_sf=round_sf, packed=packed, psum=psum, x=x, w=w):
+                tilekiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", g, psum, w, 2.5, round_sf=round_sf,
+                                                                 use_packed_ue8m0=packed)
+            records.append(_record("swiglu_forward_and_per_token_cast",
+                                   dict(base, fmt="e4m3", g=g, round_sf=round_sf, ue8m0=packed), fn, moved, ceiling))
+        counts = torch.zeros(4, dtype=torch.int64, device="cuda")
+        records.append(_record(
+            "swiglu_forward_and_per_token_cast", dict(base, fmt="e4m3", g=128, clamp=10.0, count=True),
+            lambda x=x, w=w, psum=psum: tilekiln.quant.swiglu_forward_and_per_token_cast(
+                x, "e4m3", 128, psum, w, 2.5, clamp_value=10.0, clamped_count=counts),
+            x_bytes + n_valid * i + n * (i // 128) * 4, ceiling))
+        records.append(_record(
+            "swiglu_forward", dict(base, fmt="bf16"),
+            lambda x=x, w=w, psum=psum: tilekiln.quant.swiglu_forward(x, "bf16", psum, w, 2.5),
+            x_bytes + n_valid * i * 2, ceiling))
+    Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

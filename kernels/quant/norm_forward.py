@@ -1,0 +1,223 @@
+"""norm_forward / norm_forward_and_per_token_cast: RMSNorm (+ residual add) (+ 1x32 e4m3 cast).
+
+OPERATORS.md §3.2 and §4 item 10. One CTA per row (grid = (tokens, batch)); thread
+``tx`` holds the 16-byte chunks ``k = c * THREADS + tx`` (c = 0..MAXC-1) of its row,
+so a warp's loads are coalesced and the chunks of one 32-channel scale block sit on
+32/VEC consecutive lanes.
+
+Numerics (mirrored bit for bit by tilekiln.torch.norm):
+* residual: ``x = round_to_x_dtype(float(x) + float(residual))``, stored as residual_out.
+* sum of squares, in this fixed order: each thread adds ``v*v`` (rounded product, then
+  rounded add: __fmul_rn/__fadd_rn, never an FMA) over its chunks c = 0..MAXC-1 and the
+  elements of each chunk in order, starting from +0; then an xor-shuffle butterfly
+  (offsets 16, 8, 4, 2, 1) inside each warp; then warp totals added in warp order
+  ``((w0 + w1) + w2) + ...``.
+* ``rstd = 1 / sqrt(sum / H + eps)`` with IEEE division and sqrt (__fdiv_rn, __fsqrt_rn).
+* ``y = round_to_x_dtype((x * rstd) * (w * out_scale))`` (w term = out_scale without weight).
+* cast: per 1x32 block, amax of the rounded y, floor clamp_min, then the §2.1 scale rules
+  (fp32 sf with runtime round_sf, or packed UE8M0), ``q = e4m3(y * sf_inv)`` saturating.
+
+Compile-time: x dtype and output kind (plain y / e4m3 with fp32 sf / e4m3 with UE8M0 sf).
+Runtime: token and batch counts, hidden size, every stride, residual / weight / rstd /
+out_bf16 on-off, eps, out_scale, round_sf and the amax floor. eps and out_scale are kernel
+arguments (the peer bakes them), so one cubin serves every model.
+"""
+OP = "norm_forward"
+PARAM_NAMES = ("x_dtype", "out_kind")
+PASS_CONFIGS = {
+    "tl.disable_tma_lower": True,
+    "tl.disable_warp_specialized": True,
+    "tl.disable_safe_memory_legalize": True,
+}
+
+X_DTYPES = ("bfloat16", "float32")
+OUT_KINDS = ("plain", "e4m3_fp32", "e4m3_ue8m0")
+# Threads per row and 16-byte chunks per thread: MAXC * THREADS * VEC = 8192 = the largest H.
+THREADS = {"bfloat16": 128, "float32": 256}
+MAXC = 8
+GROUP = 32  # channels per scale block (the only block the op supports)
+FMT_MAX = 448.0
+
+
+def vec_of(x_dtype):
+    return 8 if x_dtype == "bfloat16" else 4
+
+
+def invalid_reason(p):
+    if p["x_dtype"] not in X_DTYPES:
+        return f"x_dtype must be one of {X_DTYPES}"
+    if p["out_kind"] not in OUT_KINDS:
+        return f"out_kind must be one of {OUT_KINDS}"
+    return None
+
+
+def build(p, arch):
+    """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
+    import tilelang.language as T
+
+    from kernels.common.numerics import pow2, round_sf_exponent
+
+    del arch
+    x_dtype, out_kind = p["x_dtype"], p["out_kind"]
+    quant = out_kind != "plain"
+    vec = vec_of(x_dtype)
+    threads = THREADS[x_dtype]
+    warps = threads // 32
+    lanes_per_block = GROUP // vec
+    y_dtype = "bfloat16" if quant else x_dtype  # out_bf16 of the cast op is always bf16
+    sf_storage = "uint8" if out_kind == "e4m3_ue8m0" else "float32"
+    f32 = "float32"
+    x_numel, r_numel, w_numel, y_numel, ro_numel, rstd_numel, q_numel, sf_numel = T.dynamic(
+        "x_numel, r_numel, w_numel, y_numel, ro_numel, rstd_numel, q_numel, sf_numel")
+
+    def fmul(a, b):
+        return T.call_extern(f32, "__fmul_rn", a, b)
+
+    def fadd(a, b):
+        return T.call_extern(f32, "__fadd_rn", a, b)
+
+    @T.prim_func
+    def norm_forward(
+        x: T.Tensor((x_numel,), x_dtype),
+        residual: T.Tensor((r_numel,), x_dtype),
+        weight: T.Tensor((w_numel,), x_dtype),
+        y: T.Tensor((y_numel,), y_dtype),
+        residual_out: T.Tensor((ro_numel,), x_dtype),
+        rstd: T.Tensor((rstd_numel,), f32),
+        q: T.Tensor((q_numel,), "float8_e4m3fn"),
+        sf: T.Tensor((sf_numel,), sf_storage),
+        num_tokens: T.int32,  # rows per batch entry (grid x)
+        batch: T.int32,  # grid y (1 for 2-D input)
+        hidden: T.int32,
+        # Strides in units of VEC elements (16 bytes of x), so the vectorizer can prove that
+        # every chunk address is 16-byte aligned.
+        x_stride_b: T.int32,
+        x_stride_t: T.int32,
+        r_stride_b: T.int32,
+        r_stride_t: T.int32,
+        y_stride: T.int32,  # output row strides (rows n = b * num_tokens + t)
+        ro_stride: T.int32,
+        q_stride: T.int32,
+        sf_stride_t: T.int32,  # in sf elements (bytes for UE8M0)
+        sf_stride_k: T.int32,  # UE8M0: stride of one int32 word of 4 scales, in bytes
+        has_residual: T.int32,
+        has_weight: T.int32,
+        write_y: T.int32,
+        write_rstd: T.int32,
+        round_sf: T.int32,
+        eps: T.float32,
+        out_scale: T.float32,
+        clamp_min: T.float32,
+    ):
+        with T.Kernel(num_tokens, batch, threads=threads) as (bt, bb):
+            tx = T.get_thread_binding()
+            lane = tx % 32
+            warp = tx // 32
+            xr = T.alloc_local((MAXC, vec), x_dtype)
+            rr = T.alloc_local((MAXC, vec), x_dtype)
+            wr = T.alloc_local((vec,), x_dtype)
+            yf = T.alloc_local((vec,), f32)
+            yo = T.alloc_local((vec,), y_dtype)
+            ql = T.alloc_local((vec,), "float8_e4m3fn")
+            acc = T.alloc_local((1,), f32)
+            total = T.alloc_local((1,), f32)
+            amax = T.alloc_local((1,), f32)
+            inv = T.alloc_local((1,), f32)
+            red = T.alloc_shared((warps,), f32)
+            n = T.Cast("int64", bb) * num_tokens + bt
+            x_row = T.Cast("int64", bb) * x_stride_b + T.Cast("int64", bt) * x_stride_t
+            r_row = T.Cast("int64", bb) * r_stride_b + T.Cast("int64", bt) * r_stride_t
+            nchunks = hidden // vec
+
+            T.pdl_sync()
+            # All loads first (x, then residual), so every chunk's load is in flight before
+            # the first store (a store could alias a later load and would serialize them).
+            for c in T.unroll(MAXC):
+                k = c * threads + tx
+                if k < nchunks:
+                    for i in T.vectorized(vec):
+                        xr[c, i] = x[(x_row + k) * vec + i]
+                else:
+                    for i in T.unroll(vec):
+                        xr[c, i] = T.Cast(x_dtype, 0)
+            if has_residual != 0:
+                for c in T.unroll(MAXC):
+                    k = c * threads + tx
+                    if k < nchunks:
+                        for i in T.vectorized(vec):
+                            rr[c, i] = residual[(r_row + k) * vec + i]
+                for c in T.unroll(MAXC):
+                    k = c * threads + tx
+                    if k < nchunks:
+                        for i in T.unroll(vec):
+                            xr[c, i] = T.Cast(x_dtype, T.Cast(f32, xr[c, i]) + T.Cast(f32, rr[c, i]))
+                        for i in T.vectorized(vec):
+                            residual_out[(n * ro_stride + k) * vec + i] = xr[c, i]
+
+            acc[0] = T.float32(0)
+            for c in T.unroll(MAXC):
+                for i in T.unroll(vec):
+                    acc[0] = fadd(acc[0], fmul(T.Cast(f32, xr[c, i]), T.Cast(f32, xr[c, i])))
+            for s in T.unroll(5):
+                acc[0] = fadd(acc[0], T.shfl_xor(acc[0], T.shift_right(16, s)))
+            if lane == 0:
+                red[warp] = acc[0]
+            T.sync_threads()
+            total[0] = red[0]
+            for w in T.unroll(1, warps):
+                total[0] = fadd(total[0], red[w])
+            r = T.call_extern(f32, "__fdiv_rn", T.float32(1), T.call_extern(
+                f32, "__fsqrt_rn", fadd(T.call_extern(f32, "__fdiv_rn", total[0], T.Cast(f32, hidden)), eps)))
+            if write_rstd != 0 and tx == 0:
+                rstd[n] = r
+
+            for c in T.unroll(MAXC):
+                k = c * threads + tx
+                valid = k < nchunks
+                if has_weight != 0 and valid:
+                    for i in T.vectorized(vec):
+                        wr[i] = weight[k * vec + i]
+                else:
+                    for i in T.unroll(vec):
+                        wr[i] = T.Cast(x_dtype, 0)
+                for i in T.unroll(vec):
+                    wf = T.if_then_else(has_weight != 0, fmul(T.Cast(f32, wr[i]), out_scale), out_scale)
+                    # rounded to x.dtype first: the cast quantizes exactly what norm_forward returns
+                    yf[i] = T.Cast(f32, T.Cast(x_dtype, fmul(fmul(T.Cast(f32, xr[c, i]), r), wf)))
+                    yo[i] = T.Cast(y_dtype, yf[i])
+                if write_y != 0 and valid:
+                    for i in T.vectorized(vec):
+                        y[(n * y_stride + k) * vec + i] = yo[i]
+                if quant:
+                    amax[0] = T.float32(0)
+                    for i in T.unroll(vec):
+                        amax[0] = T.max(amax[0], T.abs(yf[i]))
+                    # Invalid chunks hold zeros, so every lane joins the shuffles.
+                    for s in T.unroll(lanes_per_block.bit_length() - 1):
+                        amax[0] = T.max(amax[0], T.shfl_xor(amax[0], T.shift_left(1, s)))
+                    amax[0] = T.max(amax[0], clamp_min)
+                    kb = k // lanes_per_block
+                    writer = valid and lane % lanes_per_block == 0
+                    if out_kind == "e4m3_fp32":
+                        if round_sf != 0:
+                            e = round_sf_exponent(amax[0], FMT_MAX)
+                            inv[0] = pow2(-e)
+                            if writer:
+                                sf[n * sf_stride_t + kb * sf_stride_k] = pow2(e)
+                        else:
+                            inv[0] = T.float32(FMT_MAX) / amax[0]
+                            if writer:
+                                sf[n * sf_stride_t + kb * sf_stride_k] = amax[0] / T.float32(FMT_MAX)
+                    else:
+                        e = round_sf_exponent(amax[0], FMT_MAX)
+                        inv[0] = pow2(-e)
+                        if writer:
+                            sf[n * sf_stride_t + (kb // 4) * sf_stride_k + kb % 4] = T.Cast("uint8", e + 127)
+                    if valid:
+                        for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
+                            ql[i] = T.Cast("float8_e4m3fn", yf[i] * inv[0])
+                        for i in T.vectorized(vec):
+                            q[(n * q_stride + k) * vec + i] = ql[i]
+            T.pdl_trigger()
+
+    return norm_forward

@@ -1,0 +1,296 @@
+"""RMSNorm forward (+ per-token 1x32 e4m3 cast) and backward (tile_kernels 2.1 signatures).
+
+Numerics and summation orders: kernels/quant/norm_forward.py, norm_backward.py and the
+reference tilekiln.torch.norm (bit-identical). eps and out_scale are kernel arguments.
+"""
+import numbers
+
+import torch
+
+from tilekiln import config
+from tilekiln._runtime import checks, launch
+
+FWD_OP, FWD_PARAMS = "norm_forward", ("x_dtype", "out_kind")
+BWD_OP, BWD_PARAMS = "norm_backward", ("stage", "dtype")
+MAX_HIDDEN = 8192
+GROUP = 32
+# norm_backward's persistent grid: P = CTAS_PER_SM[x.dtype] * get_num_sms() partial rows; the
+# main kernel's register use (sm_90a: 254 for bf16 x 128 threads, 157 for fp32 x 256) lets
+# that many CTAs be resident per SM, so the whole grid runs in one wave.
+CTAS_PER_SM = {torch.bfloat16: 2, torch.float32: 1}
+_DTYPES = (torch.bfloat16, torch.float32)
+_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
+_MEGA_MOE_MSG = ("mega_moe_sf / mega_moe_block_m (the MegaMoE scale layout) is not supported by this TileKiln "
+                 "build; pass mega_moe_sf=None and mega_moe_block_m=0 and repack the returned UE8M0 scales")
+
+
+def _vec(dtype):
+    return 16 // dtype.itemsize
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def _number(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    return float(value)
+
+
+def _check_rows(name, t, vec, ref_shape):
+    """Inner stride 1, other strides multiples of vec elements, base 16-byte aligned."""
+    if tuple(t.shape) != tuple(ref_shape):
+        raise ValueError(f"{name} must have shape {tuple(ref_shape)}, got {tuple(t.shape)}")
+    if t.stride(-1) != 1 or any(s % vec for d, s in zip(t.shape[:-1], t.stride()[:-1]) if d > 1):
+        raise ValueError(f"{name} must have inner stride 1 and other strides that are multiples of {vec} elements; "
+                         f"got strides {tuple(t.stride())}")
+    checks.aligned(name, t, 16)
+
+
+def _row_strides(t, vec):
+    """(batch, token) strides in units of vec for a 2-D or 3-D tensor."""
+    if t.dim() == 2:
+        return 0, t.stride(0) // vec
+    return t.stride(0) // vec, t.stride(1) // vec
+
+
+def _check_out(name, t, x, dtype):
+    """A preallocated output: x's shape, ``dtype``, rows addressable as n * stride (n = b*T + t).
+
+    The kernel writes it in chunks of VEC(x) elements, so its row stride is a multiple of that.
+    """
+    checks.tensor(name, t, (dtype,), ndim=x.dim())
+    checks.same_device(name, t, "x", x)
+    _check_rows(name, t, _vec(x.dtype), x.shape)
+    if t.dim() == 3 and t.shape[1] > 1 and t.shape[0] > 1 and t.stride(0) != t.shape[1] * t.stride(1):
+        raise ValueError(f"{name} must have stride(0) == shape(1) * stride(1) (rows evenly spaced); "
+                         f"got shape {tuple(t.shape)}, strides {tuple(t.stride())}")
+
+
+def _flat_row_stride(t):
+    """Stride between consecutive flattened rows n = b*T + t (checked to exist by _check_out)."""
+    if t.dim() == 3 and t.shape[1] == 1:
+        return t.stride(0)
+    return t.stride(-2)
+
+
+def _check_inputs(x, weight, eps, residual, out_scale):
+    checks.tensor("x", x, _DTYPES)
+    if x.dim() not in (2, 3):
+        raise ValueError(f"x must be 2-D [T, H] or 3-D [B, T, H], got shape {tuple(x.shape)}")
+    h = x.shape[-1]
+    if h == 0 or h % 16 or h > MAX_HIDDEN:
+        raise ValueError(f"x.shape[-1] (hidden) must be a positive multiple of 16 and <= {MAX_HIDDEN}, got {h}")
+    vec = _vec(x.dtype)
+    _check_rows("x", x, vec, x.shape)
+    if weight is not None:
+        checks.tensor("weight", weight, (x.dtype,), ndim=1)
+        if weight.shape[0] != h or weight.stride(0) != 1:
+            raise ValueError(f"weight must be a contiguous [{h}] tensor, got shape {tuple(weight.shape)}, "
+                             f"strides {tuple(weight.stride())}")
+        checks.same_device("weight", weight, "x", x)
+        checks.aligned("weight", weight, 16)
+    if residual is not None:
+        checks.tensor("residual", residual, (x.dtype,), ndim=x.dim())
+        checks.same_device("residual", residual, "x", x)
+        _check_rows("residual", residual, vec, x.shape)
+    return _number("eps", eps), _number("out_scale", out_scale)
+
+
+def _alloc_like(x, dtype):
+    return torch.empty(x.shape, dtype=dtype, device=x.device)
+
+
+def _forward(x, weight, eps, residual, out_scale, y, residual_out, rstd, out_kind, q=None, sf=None, sf_strides=(0, 0),
+             round_sf=False, clamp=0.0):
+    """Launch norm_forward. Outputs are given (allocated or user tensors); y may be None (cast only)."""
+    b, t = (1, x.shape[0]) if x.dim() == 2 else (x.shape[0], x.shape[1])
+    if b * t == 0:
+        return
+    vec = _vec(x.dtype)
+    xb, xt = _row_strides(x, vec)
+    rb, rt = _row_strides(residual, vec) if residual is not None else (0, 0)
+    args = (x.data_ptr(), residual.data_ptr() if residual is not None else 0,
+            weight.data_ptr() if weight is not None else 0, y.data_ptr() if y is not None else 0,
+            residual_out.data_ptr() if residual_out is not None else 0, rstd.data_ptr() if rstd is not None else 0,
+            q.data_ptr() if q is not None else 0, sf.data_ptr() if sf is not None else 0,
+            t, b, x.shape[-1], xb, xt, rb, rt,
+            _flat_row_stride(y) // vec if y is not None else 0,
+            _flat_row_stride(residual_out) // vec if residual_out is not None else 0,
+            _flat_row_stride(q) // vec if q is not None else 0,
+            sf_strides[0], sf_strides[1], int(residual is not None), int(weight is not None), int(y is not None),
+            int(rstd is not None), int(round_sf), eps, out_scale, clamp)
+    launch(FWD_OP, FWD_PARAMS, (_NAMES[x.dtype], out_kind), x.device, args)
+
+
+def norm_forward(x, weight, eps, residual=None, out_scale=1.0, out=None, residual_out=None, with_rstd=False):
+    """RMSNorm with optional fused residual add; returns ``(out, rstd or None, norm_input)``."""
+    eps, out_scale = _check_inputs(x, weight, eps, residual, out_scale)
+    checks.flag("with_rstd", with_rstd)
+    if residual_out is not None and residual is None:
+        raise ValueError("residual_out is given but residual is None; residual_out holds x + residual")
+    if out is not None:
+        _check_out("out", out, x, x.dtype)
+    if residual_out is not None:
+        _check_out("residual_out", residual_out, x, x.dtype)
+    checks.cuda("x", x)
+    y = out if out is not None else _alloc_like(x, x.dtype)
+    ro = None
+    if residual is not None:
+        ro = residual_out if residual_out is not None else _alloc_like(x, x.dtype)
+    rstd = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device) if with_rstd else None
+    _forward(x, weight, eps, residual, out_scale, y, ro, rstd, "plain")
+    return y, rstd, (ro if ro is not None else x)
+
+
+def _cast_sf(n, k_blocks, packed, col_major, device):
+    """Fresh scale tensor [n, k] (fp32) or [n, ceil(k/4)] (int32 packed), optionally TMA col-major."""
+    k = _ceil_div(k_blocks, 4) if packed else k_blocks
+    dtype = torch.int32 if packed else torch.float32
+    alloc = torch.zeros if packed and k_blocks % 4 else torch.empty  # packed pad bytes are zero
+    if col_major:
+        a = _ceil_div(n, 4) * 4  # 16 bytes of 4-byte scales
+        return alloc((k, max(a, 1)), dtype=dtype, device=device).t()[:n]
+    return alloc((n, k), dtype=dtype, device=device)
+
+
+def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, residual=None, out_scale=1.0,
+                                   use_tma_aligned_col_major_sf=False, round_sf=False, use_packed_ue8m0=False,
+                                   with_out_bf16=False, out=None, out_bf16=None, residual_out=None, mega_moe_sf=None,
+                                   mega_moe_block_m=0, with_rstd=False):
+    """RMSNorm (+ residual), y rounded to x.dtype, then per-token 1x32 e4m3 quantization of y.
+
+    Returns ``((q, sf), out_bf16 or None, rstd or None, norm_input)``; bit-equal to
+    ``per_token_cast(norm_forward(x)[0], 'e4m3', 32, ...)``.
+    """
+    eps, out_scale = _check_inputs(x, weight, eps, residual, out_scale)
+    checks.choice("fmt", fmt, ("e4m3",))
+    checks.choice("num_per_channels", num_per_channels, (GROUP,))
+    for name, v in (("use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf), ("round_sf", round_sf),
+                    ("use_packed_ue8m0", use_packed_ue8m0), ("with_out_bf16", with_out_bf16),
+                    ("with_rstd", with_rstd)):
+        checks.flag(name, v)
+    if mega_moe_sf is not None or mega_moe_block_m != 0:
+        raise ValueError(_MEGA_MOE_MSG)
+    if use_packed_ue8m0 and not round_sf:
+        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    if out_bf16 is not None and not with_out_bf16:
+        raise ValueError("out_bf16 is given but with_out_bf16=False; set with_out_bf16=True to write it")
+    if residual_out is not None and residual is None:
+        raise ValueError("residual_out is given but residual is None; residual_out holds x + residual")
+    h = x.shape[-1]
+    lead = tuple(x.shape[:-1])
+    n = 1
+    for d in lead:
+        n *= d
+    k_blocks = _ceil_div(h, GROUP)
+    k = _ceil_div(k_blocks, 4) if use_packed_ue8m0 else k_blocks
+    sf_dtype = torch.int32 if use_packed_ue8m0 else torch.float32
+    if out is not None:
+        if use_tma_aligned_col_major_sf:
+            raise ValueError("out= takes row-major scales only; use_tma_aligned_col_major_sf must be False with out")
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError("out must be a (data, sf) tuple of preallocated tensors")
+        q, sf = out
+        _check_out("out[0]", q, x, torch.float8_e4m3fn)
+        checks.tensor("out[1]", sf, (sf_dtype,))
+        checks.same_device("out[1]", sf, "x", x)
+        if tuple(sf.shape) != lead + (k,) or not sf.is_contiguous():
+            raise ValueError(f"out[1] must be a contiguous {sf_dtype} tensor of shape {lead + (k,)}; got shape "
+                             f"{tuple(sf.shape)}, strides {tuple(sf.stride())}")
+    if out_bf16 is not None:
+        _check_out("out_bf16", out_bf16, x, torch.bfloat16)
+    if residual_out is not None:
+        _check_out("residual_out", residual_out, x, x.dtype)
+    checks.cuda("x", x)
+
+    if out is not None:
+        if use_packed_ue8m0 and k_blocks % 4:
+            sf.zero_()  # the kernel writes only real scale bytes; pad bytes are defined as 0
+        sf2d = sf.view(n, k)
+    else:
+        q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+        sf2d = _cast_sf(n, k_blocks, use_packed_ue8m0, use_tma_aligned_col_major_sf, x.device)
+        sf = sf2d.view(lead + (k,))
+    s0, s1 = sf2d.stride()
+    sf_strides = (4 * s0, 4 * s1) if use_packed_ue8m0 else (s0, s1)
+    y = None
+    if with_out_bf16:
+        y = out_bf16 if out_bf16 is not None else torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    ro = None
+    if residual is not None:
+        ro = residual_out if residual_out is not None else _alloc_like(x, x.dtype)
+    rstd = torch.empty(lead, dtype=torch.float32, device=x.device) if with_rstd else None
+    kind = "e4m3_ue8m0" if use_packed_ue8m0 else "e4m3_fp32"
+    _forward(x, weight, eps, residual, out_scale, y, ro, rstd, kind, q, sf2d, sf_strides, round_sf,
+             config.get_amax_clamp_for_quant("e4m3", False))
+    return (q, sf), y, rstd, (ro if ro is not None else x)
+
+
+def norm_backward_num_partials(dtype=torch.bfloat16):
+    """P, the number of weight-gradient partial rows (and CTAs) norm_backward uses now for x of ``dtype``."""
+    return CTAS_PER_SM[dtype] * config.get_num_sms()
+
+
+def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale=1.0, weight_grad=None):
+    """RMSNorm backward; returns ``(x_grad [T, H] x.dtype contiguous, weight_grad [H] or None)``.
+
+    weight_grad (bf16/fp32), when given, is accumulated in place and returned; otherwise a new
+    tensor of weight.dtype is returned. The weight gradient is deterministic: fixed-order
+    per-CTA partials and a fixed-order reduction (kernels/quant/norm_backward.py).
+    """
+    checks.tensor("x", x, _DTYPES, ndim=2)
+    t, h = x.shape
+    if h == 0 or h % 32 or h > MAX_HIDDEN:
+        raise ValueError(f"x.shape[1] (hidden) must be a positive multiple of 32 and <= {MAX_HIDDEN}, got {h}")
+    vec = _vec(x.dtype)
+    _check_rows("x", x, vec, (t, h))
+    checks.tensor("out_grad", out_grad, (x.dtype,), ndim=2)
+    checks.same_device("out_grad", out_grad, "x", x)
+    _check_rows("out_grad", out_grad, vec, (t, h))
+    checks.tensor("rstd", rstd, (torch.float32,), ndim=1)
+    if rstd.shape[0] != t or (t > 1 and rstd.stride(0) != 1):
+        raise ValueError(f"rstd must be a contiguous fp32 [{t}] tensor, got shape {tuple(rstd.shape)}")
+    checks.same_device("rstd", rstd, "x", x)
+    if weight is not None:
+        checks.tensor("weight", weight, (x.dtype,), ndim=1)
+        if weight.shape[0] != h or weight.stride(0) != 1:
+            raise ValueError(f"weight must be a contiguous [{h}] tensor, got shape {tuple(weight.shape)}")
+        checks.same_device("weight", weight, "x", x)
+        checks.aligned("weight", weight, 16)
+    if residual_out_grad is not None:
+        checks.tensor("residual_out_grad", residual_out_grad, (x.dtype,), ndim=2)
+        checks.same_device("residual_out_grad", residual_out_grad, "x", x)
+        _check_rows("residual_out_grad", residual_out_grad, vec, (t, h))
+    out_scale = _number("out_scale", out_scale)
+    if weight_grad is not None:
+        if weight is None:
+            raise ValueError("weight_grad is given but weight is None (there is no weight gradient)")
+        checks.tensor("weight_grad", weight_grad, _DTYPES, ndim=1)
+        if weight_grad.shape[0] != h or weight_grad.stride(0) != 1:
+            raise ValueError(f"weight_grad must be a contiguous [{h}] tensor, got shape {tuple(weight_grad.shape)}")
+        checks.same_device("weight_grad", weight_grad, "x", x)
+    checks.cuda("x", x)
+
+    dx = torch.empty((t, h), dtype=x.dtype, device=x.device)
+    accumulate = weight_grad is not None
+    wg = None
+    if weight is not None:
+        wg = weight_grad if accumulate else torch.empty(h, dtype=weight.dtype, device=x.device)
+    if t == 0:
+        if wg is not None and not accumulate:
+            wg.zero_()
+        return dx, wg
+    p = norm_backward_num_partials(x.dtype)
+    partial = torch.empty((p, h), dtype=torch.float32, device=x.device)
+    launch(BWD_OP, BWD_PARAMS, ("main", _NAMES[x.dtype]), x.device,
+           (out_grad.data_ptr(), x.data_ptr(), weight.data_ptr() if weight is not None else 0, rstd.data_ptr(),
+            residual_out_grad.data_ptr() if residual_out_grad is not None else 0, dx.data_ptr(), partial.data_ptr(),
+            t, h, p, out_grad.stride(0) // vec, x.stride(0) // vec,
+            residual_out_grad.stride(0) // vec if residual_out_grad is not None else 0, h // vec,
+            int(weight is not None), int(residual_out_grad is not None), out_scale))
+    if wg is not None:
+        launch(BWD_OP, BWD_PARAMS, ("reduce", _NAMES[wg.dtype]), x.device,
+               (partial.data_ptr(), wg.data_ptr(), h, p, int(accumulate)))
+    return dx, wg
