@@ -6,6 +6,15 @@ from tilekiln.moe._topk import NonFiniteScoresError, check_errors, set_sync_chec
 
 __all__ = ["topk_gate", "NonFiniteScoresError", "check_errors", "set_sync_checks"]
 __all__ += ["normalize_weight", "top2_sum_gate"]
+__all__ += ["get_fused_mapping", "expand_to_fused", "expand_to_fused_with_sf", "reduce_fused"]
+
+# v1 expert-major dispatch/combine (plain Python entry points: get_fused_mapping returns a host list).
+from tilekiln.moe._fused import (  # noqa: E402
+    expand_to_fused,
+    expand_to_fused_with_sf,
+    get_fused_mapping,
+    reduce_fused,
+)
 
 
 @torch.library.custom_op("tilekiln::topk_gate", mutates_args=(), device_types="cuda")
