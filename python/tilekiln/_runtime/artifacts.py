@@ -1,7 +1,8 @@
 """The installed kernel store: ``tilekiln/_kernels/index.json`` plus one cubin per variant and arch.
 
 Nothing is written at run time, so read-only installs work. The index is
-read once, on the first kernel lookup (not at import).
+read once, on the first kernel lookup (not at import). With TILEKILN_JIT=1 a missing
+variant is built into a per-user cache instead of failing (tilekiln._runtime.jit).
 """
 import json
 import os
@@ -9,6 +10,7 @@ import threading
 from pathlib import Path
 
 from tilekiln._runtime import driver as drv
+from tilekiln._runtime import jit
 from tilekiln._runtime.launcher import CompiledKernel
 
 # compute capability -> the arch token our cubins are built for
@@ -43,6 +45,9 @@ class KernelStore:
             with self._lock:
                 if self._index is None:
                     path = self.directory / "index.json"
+                    if not path.exists() and jit.enabled():  # everything on demand (e.g. a source checkout)
+                        self._index = {"arches": [], "variants": []}
+                        return self._index
                     if not path.exists():
                         raise MissingSpecializationError(
                             f"no kernel index at {path}: this tilekiln installation has no compiled kernels. "
@@ -67,7 +72,7 @@ class KernelStore:
             cc = (d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_index),
                   d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_index))
             arch = ARCH_OF_CAPABILITY.get(cc)
-            if arch is None or arch not in self.arches():
+            if arch is None or (arch not in self.arches() and not jit.enabled()):
                 raise UnsupportedDeviceError(
                     f"GPU {device_index} has compute capability {cc[0]}.{cc[1]}; this tilekiln build has kernels for "
                     f"{self.arches()} (sm_90a = H100/H200, sm_100a = B200)")
@@ -82,13 +87,17 @@ class KernelStore:
         if k is not None:
             return k
         _ = self.index
-        entry = self._by_key.get((op, arch, frozenset(zip(param_names, values))))
+        entry, directory = self._by_key.get((op, arch, frozenset(zip(param_names, values)))), self.directory
         if entry is None:
-            raise self.missing(op, arch, param_names, values)
+            if not jit.enabled():
+                raise self.missing(op, arch, param_names, values)
+            # built by the AOT pipeline in a subprocess into the JIT cache (once per node, under a file
+            # lock); CompiledKernel checks the cubin's sha256 against that store's index on load
+            entry, directory = jit.build(op, arch, param_names, values)
         with self._lock:
             k = self._kernels.get(key)
             if k is None:
-                k = CompiledKernel(entry, self.directory / entry["cubin"])
+                k = CompiledKernel(entry, directory / entry["cubin"])
                 self._kernels[key] = k
         return k
 
@@ -108,7 +117,9 @@ class KernelStore:
             f"Built {op} variants for {arch}:\n  {listing}{more}\n"
             f"To build it, add to a manifest (e.g. a copy of manifests/default.toml):\n[[{op}]]\n{table}\n"
             f"then build a wheel from the source tree: "
-            f"TILEKILN_MANIFEST=/path/to/manifest.toml pip wheel . --no-deps -w dist")
+            f"TILEKILN_MANIFEST=/path/to/manifest.toml pip wheel . --no-deps -w dist\n"
+            f"or set TILEKILN_JIT=1 (with tilelang and nvcc installed) to build missing variants on first use "
+            f"into {jit.cache_root()}")
 
 
 _store = None
