@@ -185,3 +185,9 @@ from tilekiln.quant._per_block import (  # noqa: E402
 
 __all__ += ["per_block_cast", "per_block_cast_with_sf_only", "per_block_cast_with_precomputed_sf", "cast_back",
             "per_token_cast_back", "per_token_cast_and_cast_back"]
+
+# v1-only E5M6 (kernels/quant/e5m6.py); also reached as per_token_cast(x, 'e5m6', H) and
+# cast_back(x, fmt, (1, H), x_special_fmt='e5m6').
+from tilekiln.quant._e5m6 import cast_back_e5m6, per_token_cast_to_e5m6  # noqa: E402
+
+__all__ += ["per_token_cast_to_e5m6", "cast_back_e5m6"]

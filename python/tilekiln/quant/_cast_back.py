@@ -19,12 +19,9 @@ _ceil_div = _per_token._ceil_div
 
 
 def _check_special(x_special_fmt):
-    if x_special_fmt is None:
-        return
-    if x_special_fmt == "e5m6":
-        raise ValueError("x_special_fmt='e5m6' is the v1-only E5M6 path, which this TileKiln build does not include; "
-                         "x_special_fmt must be None")
-    raise ValueError(f"x_special_fmt must be None (tile_kernels 2.1), got {x_special_fmt!r}")
+    # 'e5m6' never gets here: cast_back forwards it to the v1 E5M6 decoder (tilekiln/quant/_e5m6.py).
+    if x_special_fmt is not None:
+        raise ValueError(f"x_special_fmt must be None (tile_kernels 2.1) or 'e5m6' (v1), got {x_special_fmt!r}")
 
 
 def _check_block(x_block_size):
@@ -96,6 +93,9 @@ def cast_back(x, fmt, x_block_size, x_special_fmt=None):
     Same signature and result as tile_kernels 2.1 ``quant.cast_back``. Under ``torch.compile``
     the call goes through the registered op ``tilekiln::cast_back``.
     """
+    if x_special_fmt == "e5m6":  # v1's E5M6 path (tilekiln/quant/_e5m6.py)
+        from tilekiln.quant._e5m6 import cast_back_e5m6
+        return cast_back_e5m6(x, fmt, x_block_size)
     if torch.compiler.is_compiling() and x_special_fmt is None and isinstance(x, (tuple, list)) and len(x) == 2:
         return torch.ops.tilekiln.cast_back(x[0], x[1], fmt, list(x_block_size))
     return _cast_back(x, fmt, x_block_size, x_special_fmt)

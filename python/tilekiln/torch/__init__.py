@@ -53,3 +53,7 @@ __all__ += ['per_block_cast_ref', 'per_token_cast_and_cast_back_ref', 'per_token
 from .fused import expand_to_fused, expand_to_fused_with_sf, fma_f32, get_fused_mapping, reduce_fused  # noqa: E402
 
 __all__ += ['expand_to_fused', 'expand_to_fused_with_sf', 'fma_f32', 'get_fused_mapping', 'reduce_fused']
+
+from .quant_extra import cast_back_from_e5m6, cast_to_e5m6  # noqa: E402
+
+__all__ += ['cast_back_from_e5m6', 'cast_to_e5m6']
