@@ -92,3 +92,88 @@ def top2_sum_gate(logits, bias, num_topk, num_topk_groups, num_groups, use_share
     if torch.compiler.is_compiling():
         return torch.ops.tilekiln.top2_sum_gate(*args)
     return _top2_sum.top2_sum_gate(*args)
+
+
+# tile_kernels 2.1 sqrt-softplus fused router and the v1 auxiliary ops (moe/_router21.py, moe/_aux.py).
+from tilekiln.moe import _router21  # noqa: E402
+from tilekiln.moe._aux import aux_fi, group_count, inplace_unique_group_indices, mask_indices_by_tp  # noqa: E402
+
+__all__ += ["moe_topk_gate_forward", "moe_topk_gate", "moe_topk_gate_backward"]
+__all__ += ["mask_indices_by_tp", "group_count", "aux_fi", "inplace_unique_group_indices"]
+
+
+@torch.library.custom_op("tilekiln::moe_topk_gate_forward", mutates_args=("unmapped_topk_idx", "scores"),
+                         device_types="cuda")
+def _moe_topk_gate_forward_op(logits: torch.Tensor, num_topk: int, use_shared_as_routed: bool,
+                              num_shared_experts: int, routed_scaling_factor: float, ep_rank: int,
+                              scoring_func: str = "sqrtsoftplus", mask: torch.Tensor | None = None,
+                              bias: torch.Tensor | None = None, image_bias: torch.Tensor | None = None,
+                              image_token_mask: torch.Tensor | None = None,
+                              fix_routing_mask: torch.Tensor | None = None,
+                              to_physical_map: torch.Tensor | None = None, logical_count: torch.Tensor | None = None,
+                              unmapped_topk_idx: torch.Tensor | None = None, force_random: torch.Tensor | None = None,
+                              scores: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    return _router21.moe_topk_gate_forward(logits, num_topk, use_shared_as_routed, num_shared_experts,
+                                           routed_scaling_factor, ep_rank, scoring_func, mask, bias, image_bias,
+                                           image_token_mask, fix_routing_mask, to_physical_map, logical_count,
+                                           unmapped_topk_idx, force_random, None, scores)
+
+
+@_moe_topk_gate_forward_op.register_fake
+def _(logits, num_topk, use_shared_as_routed, num_shared_experts, routed_scaling_factor, ep_rank,
+      scoring_func="sqrtsoftplus", mask=None, bias=None, image_bias=None, image_token_mask=None, fix_routing_mask=None,
+      to_physical_map=None, logical_count=None, unmapped_topk_idx=None, force_random=None, scores=None):
+    t, _, s, _ = _router21.check(logits, num_topk, use_shared_as_routed, num_shared_experts, routed_scaling_factor,
+                                 ep_rank, scoring_func, mask, bias, image_bias, image_token_mask, fix_routing_mask,
+                                 to_physical_map, logical_count, unmapped_topk_idx, force_random, None, scores)
+    return (logits.new_empty((t, num_topk + s), dtype=torch.int64),
+            logits.new_empty((t, num_topk + s), dtype=torch.float32))
+
+
+def moe_topk_gate_forward(logits, num_topk, use_shared_as_routed, num_shared_experts, routed_scaling_factor, ep_rank,
+                          scoring_func="sqrtsoftplus", mask=None, bias=None, image_bias=None, image_token_mask=None,
+                          fix_routing_mask=None, to_physical_map=None, logical_count=None, unmapped_topk_idx=None,
+                          force_random=None, out=None, scores=None):
+    """tile_kernels 2.1 sqrt-softplus router -> (topk_idx [T, K+S] int64, topk_weights [T, K+S] fp32).
+
+    Reference: ``tilekiln.torch.moe_topk_gate_forward``. ``unmapped_topk_idx`` and ``scores`` are filled in
+    place; ``out`` = (topk_idx, topk_weights) receives the result when given.
+    """
+    args = (logits, num_topk, use_shared_as_routed, num_shared_experts, routed_scaling_factor, ep_rank, scoring_func,
+            mask, bias, image_bias, image_token_mask, fix_routing_mask, to_physical_map, logical_count,
+            unmapped_topk_idx, force_random)
+    if out is None and torch.compiler.is_compiling():
+        return torch.ops.tilekiln.moe_topk_gate_forward(*args, scores=scores)
+    return _router21.moe_topk_gate_forward(*args, out=out, scores=scores)
+
+
+def moe_topk_gate(*args, **kwargs):
+    """Legacy alias of ``moe_topk_gate_forward`` (tile_kernels 2.1)."""
+    return moe_topk_gate_forward(*args, **kwargs)
+
+
+@torch.library.custom_op("tilekiln::moe_topk_gate_backward", mutates_args=(), device_types="cuda")
+def _moe_topk_gate_backward_op(scores: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
+                               grad_topk_weights: torch.Tensor, routed_scaling_factor: float,
+                               scoring_func: str = "sqrtsoftplus", mask: torch.Tensor | None = None,
+                               grad_scores_sum: torch.Tensor | None = None) -> torch.Tensor:
+    return _router21.moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor,
+                                            scoring_func, mask, grad_scores_sum)
+
+
+@_moe_topk_gate_backward_op.register_fake
+def _(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor, scoring_func="sqrtsoftplus",
+      mask=None, grad_scores_sum=None):
+    _router21.check_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor, scoring_func,
+                             mask, grad_scores_sum, None)
+    return torch.empty_like(scores)
+
+
+def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor,
+                           scoring_func="sqrtsoftplus", mask=None, grad_scores_sum=None, out=None):
+    """Gradient of the 2.1 router w.r.t. the logits -> grad_logits [T, E] fp32 (route + sequence-aux terms)."""
+    args = (scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor, scoring_func, mask,
+            grad_scores_sum)
+    if out is None and torch.compiler.is_compiling():
+        return torch.ops.tilekiln.moe_topk_gate_backward(*args)
+    return _router21.moe_topk_gate_backward(*args, out=out)

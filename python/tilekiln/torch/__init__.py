@@ -57,3 +57,16 @@ __all__ += ['expand_to_fused', 'expand_to_fused_with_sf', 'fma_f32', 'get_fused_
 from .quant_extra import cast_back_from_e5m6, cast_to_e5m6  # noqa: E402
 
 __all__ += ['cast_back_from_e5m6', 'cast_to_e5m6']
+
+from .moe_router import (  # noqa: E402
+    aux_fi,
+    group_count,
+    inplace_unique_group_indices,
+    mask_indices_by_tp,
+    moe_topk_gate_backward,
+    moe_topk_gate_forward,
+    philox4x32_10,
+)
+
+__all__ += ['aux_fi', 'group_count', 'inplace_unique_group_indices', 'mask_indices_by_tp',
+            'moe_topk_gate_backward', 'moe_topk_gate_forward', 'philox4x32_10']
