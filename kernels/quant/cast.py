@@ -66,7 +66,8 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
 
-    from kernels.common import stochastic as sr
+    # (a ``kernels.common.<module>`` import: build_tools/cache.py keys the lowering on it)
+    from kernels.common.stochastic import quad_random_bits, to_bf16x2_stochastic, to_e4m3x4_stochastic
 
     del arch
     in_dtype, out_dtype, stochastic = p["in_dtype"], p["out_dtype"], bool(p["stochastic_rounding"])
@@ -117,8 +118,8 @@ def build(p, arch):
     def sr_words(b, rw):
         """The wpq output words of one quad from its fp32 bits ``b[0:4]`` and random words ``rw``."""
         if out_dtype == "float8_e4m3fn":
-            return [sr.to_e4m3x4_stochastic(b[0], b[1], b[2], b[3], rw[0])]
-        return [sr.to_bf16x2_stochastic(b[0], b[1], rw[0]), sr.to_bf16x2_stochastic(b[2], b[3], rw[1])]
+            return [to_e4m3x4_stochastic(b[0], b[1], b[2], b[3], rw[0])]
+        return [to_bf16x2_stochastic(b[0], b[1], rw[0]), to_bf16x2_stochastic(b[2], b[3], rw[1])]
 
     @T.prim_func
     def cast(
@@ -154,7 +155,7 @@ def build(p, arch):
                     for j in T.unroll(quads):
                         for i in T.unroll(4):
                             bq[i] = bits32(xr, u, 4 * j + i)
-                        r0, r1 = sr.quad_random_bits(bq[0], bq[1], bq[2], bq[3], q0 + T.Cast("uint32", j))
+                        r0, r1 = quad_random_bits(bq[0], bq[1], bq[2], bq[3], q0 + T.Cast("uint32", j))
                         rw[0] = r0
                         rw[1] = r1
                         words = sr_words(bq, rw)

@@ -5,7 +5,7 @@ with the §2.1 rules (fp32 amax/448 or round_sf power of two; UE8M0 bytes packed
 per int32 along M, "col pack": byte i of word [r, c] is token block 4r+i).
 
 Compile-time: input dtype, gm (32 or 128), scale storage (fp32 or packed UE8M0).
-Runtime: hidden size, round_sf (fp32 scales), the amax floor. The token count is the
+Runtime: hidden size / 128, round_sf (fp32 scales), the amax floor. The token count is the
 grid's y extent (T / gm blocks); the host guarantees T % 128 == 0 and H % 128 == 0.
 
 Thread mapping: a CTA covers one token block (gm rows) and 32*VEC columns, VEC being one
@@ -13,11 +13,16 @@ Thread mapping: a CTA covers one token block (gm rows) and 32*VEC columns, VEC b
 row access is a contiguous 16-byte-per-lane run. A column's amax needs no shuffles: each
 thread reduces its own rows, the 8 warp partials meet in 8 x 32*VEC floats of shared
 memory (one barrier), and every thread then scales and stores its rows.
-A thread holds GROUP rows at a time. gm = 32 (4 rows a thread) stays in registers
+A thread holds GROUP (4) rows at a time. gm = 32 (4 rows a thread) stays in registers
 between the two passes; gm = 128 (16 rows) reads its rows a second time for the store
-pass, from L2 (the CTA read them microseconds before), because holding all 16 rows took
-~184 registers, one CTA per SM, and no overlap of one CTA's loads with another's stores
-(36% of copy bandwidth measured on the H200). DRAM still sees x once.
+pass, from L2 (the CTA read them microseconds before; ncu: DRAM reads = 1.0x x), because
+holding all 16 rows took ~184 registers, one CTA per SM and no overlap of one CTA's loads
+with another's barrier and stores. Measured on the H200 (bf16, gm = 128, T = 16384,
+H = 7168): 114 us, ~74% of copy bandwidth; 8-row groups, 2 CTAs/SM, 4 or 16 warps
+per CTA all measured slower (122-162 us).
+The hidden size is passed as H / 128 so that every row offset is provably a multiple of
+VEC: with a plain H, TileLang could not vectorize and issued 2-byte loads and 1-byte
+stores (L1-bound, 44%).
 """
 OP = "per_channel_cast"
 PARAM_NAMES = ("in_dtype", "num_per_tokens", "sf_kind")
@@ -29,7 +34,8 @@ PASS_CONFIGS = {
 }
 
 WARPS = 8
-GROUP = 4  # rows per thread held in registers at a time
+GROUP = 4  # rows per thread held in registers at a time (loads in flight)
+MIN_BLOCKS = 3  # CTAs per SM: one CTA's loads overlap another's barrier and stores
 FMT_MAX = 448.0
 IN_DTYPES = ("bfloat16", "float32")
 SF_KINDS = ("fp32", "ue8m0")
@@ -61,7 +67,8 @@ def build(p, arch):
     in_dtype, gm, sf_kind = p["in_dtype"], p["num_per_tokens"], p["sf_kind"]
     vec = vec_of(in_dtype)
     rows = gm // WARPS  # rows per thread
-    groups = rows // GROUP
+    group = min(GROUP, rows)
+    groups = rows // group
     cols = 32 * vec  # columns per CTA
     sf_storage = "float32" if sf_kind == "fp32" else "uint8"
     x_numel, out_numel, sf_numel = T.dynamic("x_numel, out_numel, sf_numel")
@@ -72,17 +79,19 @@ def build(p, arch):
         out: T.Tensor((out_numel,), "float8_e4m3fn"),
         sf: T.Tensor((sf_numel,), sf_storage),  # fp32 [T/gm, H], or the bytes of int32 [ceil(T/gm/4), H]
         num_token_blocks: T.int32,
-        hidden: T.int32,
+        hidden_div128: T.int32,  # H / 128: makes every row offset provably a multiple of VEC (vector access)
         round_sf: T.int32,
         clamp_min: T.float32,
     ):
-        with T.Kernel(T.ceildiv(hidden, cols), num_token_blocks, threads=32 * WARPS) as (bx, tb):
+        with T.Kernel(T.ceildiv(hidden_div128 * 128, cols), num_token_blocks, threads=32 * WARPS) as (bx, tb):
+            T.annotate_min_blocks_per_sm(MIN_BLOCKS)
             tx = T.get_thread_binding()
+            hidden = hidden_div128 * 128
             lane = tx % 32
             warp = tx // 32
             col = bx * cols + lane * vec
             col_ok = col < hidden
-            xr = T.alloc_local((GROUP, vec), in_dtype)
+            xr = T.alloc_local((group, vec), in_dtype)
             amax = T.alloc_local((vec,), "float32")
             inv = T.alloc_local((vec,), "float32")
             sfv = T.alloc_local((vec,), "float32")
@@ -93,12 +102,12 @@ def build(p, arch):
             for i in T.unroll(vec):
                 amax[i] = T.float32(0)
             for grp in T.unroll(groups):
-                for r in T.unroll(GROUP):
-                    row = tb * gm + warp * rows + grp * GROUP + r
+                for r in T.unroll(group):
+                    row = tb * gm + warp * rows + grp * group + r
                     if col_ok:
                         for i in T.vectorized(vec):
                             xr[r, i] = x[T.Cast("int64", row) * hidden + col + i]
-                for r in T.unroll(GROUP):
+                for r in T.unroll(group):
                     for i in T.unroll(vec):  # fmaxf: a NaN element does not raise the amax
                         amax[i] = T.max(amax[i], T.abs(T.Cast("float32", xr[r, i])))
             for i in T.vectorized(vec):
@@ -132,8 +141,8 @@ def build(p, arch):
                             "uint8", T.shift_right(T.reinterpret("int32", sfv[i]), 23))
 
             for grp in T.unroll(groups):
-                for r in T.unroll(GROUP):
-                    row = tb * gm + warp * rows + grp * GROUP + r
+                for r in T.unroll(group):
+                    row = tb * gm + warp * rows + grp * group + r
                     if col_ok:
                         if groups > 1:  # one group stays in registers; more are read again (L2 hits)
                             for i in T.vectorized(vec):

@@ -66,5 +66,5 @@ def per_channel_cast(x, fmt, num_per_tokens, round_sf=False, num_per_channels=No
     values = (_IN[x.dtype], num_per_tokens, "ue8m0" if use_packed_ue8m0 else "fp32")
     clamp = config.get_amax_clamp_for_quant("e4m3", False)
     launch(OP, PARAM_NAMES, values, x.device,
-           (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t // num_per_tokens, h, int(round_sf), clamp))
+           (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t // num_per_tokens, h // 128, int(round_sf), clamp))
     return q, sf
