@@ -38,7 +38,7 @@ def _shared_digest():
     return h.hexdigest()
 
 
-_COMMON_IMPORT = re.compile(r"kernels\.common(?:\.(\w+)|\s+import\s+([\w, ]+))")
+_COMMON_IMPORT = re.compile(r"kernels\.common(?:\.(\w+)|\s+import\s+\(?([\w, \n]+))")
 
 
 def _common_deps(source, seen=None):
@@ -48,7 +48,8 @@ def _common_deps(source, seen=None):
     that use it and no others."""
     seen = set() if seen is None else seen
     for m in _COMMON_IMPORT.finditer(source):
-        names = [m.group(1)] if m.group(1) else [n.strip() for n in m.group(2).split(",")]
+        # "from kernels.common import a as b, c" names modules a and c
+        names = [m.group(1)] if m.group(1) else [n.split()[0] for n in m.group(2).split(",") if n.strip()]
         for name in names:
             path = _ROOT / "kernels" / "common" / f"{name}.py"
             if name and path not in seen and path.exists():
