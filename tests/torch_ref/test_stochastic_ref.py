@@ -246,3 +246,19 @@ def test_per_channel_reference_layout(gm, round_sf, packed):
     else:
         assert torch.equal(sf32, amax / torch.full_like(amax, 448.0))
     assert torch.all((q.float() * sf32.repeat_interleave(gm, 0) - x).abs() <= x.abs() * 2**-3 + sf32.max() * 2**-9)
+
+
+def test_per_token_stochastic_cast_restarts_the_quad_index_per_row():
+    """per_token_cast(stochastic_cast=True): one row is the flat stochastic rounding of its scaled
+    values (quad index from 0), and every row is independent of its neighbours."""
+    from tilekiln.torch import cast, stochastic_round
+    torch.manual_seed(0)
+    x = torch.randn(5, 512) * 3
+    q, sf = cast(x, "e4m3", (1, 128), stochastic=True)
+    for r in range(5):
+        amax = x[r].reshape(4, 128).abs().amax(1, keepdim=True).clamp(min=1e-4)
+        scaled = x[r].reshape(4, 128) * (torch.tensor(448.0) / amax)  # IEEE division (a Python scalar would not be)
+        alone = stochastic_round(scaled.reshape(-1), torch.float8_e4m3fn)
+        assert torch.equal(q[r].view(torch.uint8), alone.view(torch.uint8))
+    rne, _ = cast(x, "e4m3", (1, 128))
+    assert not torch.equal(q.view(torch.uint8), rne.view(torch.uint8))

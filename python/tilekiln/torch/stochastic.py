@@ -47,15 +47,19 @@ def fp32_bits(x):
     return x.contiguous().view(torch.int32).to(torch.int64) & _M32
 
 
-def quad_random_bits(bits, quad_offset=0):
+def quad_random_bits(bits, quad_offset=0, quad_index=None):
     """(r0, r1), each int64 ``[n/4]`` of uint32 values, for fp32 ``bits [n]`` grouped in quads.
 
-    Quad j has index ``quad_offset + j`` (mod 2**32) in the hash.
+    Quad j has index ``quad_offset + j`` (mod 2**32) in the hash (``quad_index[j]`` when that
+    int64 tensor is given: per_token_cast restarts the count on every row).
     """
     if bits.dim() != 1 or bits.numel() % 4:
         raise ValueError(f'bits must be 1-D with a multiple of 4 elements, got shape {tuple(bits.shape)}')
     v = bits.reshape(-1, 4)
-    q = torch.arange(v.shape[0], dtype=torch.int64, device=bits.device) + int(quad_offset)
+    if quad_index is None:
+        q = torch.arange(v.shape[0], dtype=torch.int64, device=bits.device) + int(quad_offset)
+    else:
+        q = quad_index.to(torch.int64) + int(quad_offset)
     h = q & _M32
     for i, m in enumerate(HASH_MULTIPLIERS):
         h = (h + _mul32(v[:, i], m)) & _M32
