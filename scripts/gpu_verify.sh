@@ -37,9 +37,22 @@ print("tilekiln from", tilekiln.__file__, "kernels:", len(tilekiln.list_kernels(
       "device:", torch.cuda.get_device_name(), "nvcc on PATH:", shutil.which("nvcc"))
 PY
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
-  # Tests import the installed wheel, never the source tree.
-  TILEKILN_TEST_INSTALLED=1 $PY -m pytest tests -m gpu -q -p no:cacheprovider --maxfail=200 \
-      --junitxml="$OUT/gpu_tests.xml" ${PYTEST_ARGS:-} || echo "GPU TESTS FAILED rc=$?"
+  # Tests import the installed wheel, never the source tree. Every test file goes to one of
+  # GPU_TEST_PROCS parallel pytest processes on the one GPU (correctness tests leave it mostly
+  # idle); the benchmarks run alone afterwards.
+  nproc_tests=${GPU_TEST_PROCS:-4}
+  mapfile -t all_files < <(ls tests/*/test_*.py | sort)
+  pids=()
+  for ((i = 0; i < nproc_tests; i++)); do
+    files=()
+    for ((j = i; j < ${#all_files[@]}; j += nproc_tests)); do files+=("${all_files[$j]}"); done
+    (TILEKILN_TEST_INSTALLED=1 $PY -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider --maxfail=200 \
+        --junitxml="$OUT/gpu_tests_$i.xml" ${PYTEST_ARGS:-} > "$OUT/gpu_tests_$i.log" 2>&1
+     echo "group $i rc=$?" >> "$OUT/gpu_tests_$i.log") &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for f in "$OUT"/gpu_tests_*.log; do tail -3 "$f"; done
   $PY benchmarks/bench_foundation.py --out "$OUT/bench_foundation.json"
   $PY benchmarks/bench_launch_paths.py --out "$OUT/bench_launch_paths.json"
   # One benchmark script per op family (benchmarks/bench_ops_<family>.py, same JSON schema).
