@@ -12,10 +12,15 @@ mode=${1:?usage: gpu_verify.sh prepare|device|collect DIR}
 
 case "$mode" in
 prepare)
+  # Exactly the committed tree (HEAD), never uncommitted edits: the wheel is built from an
+  # export of HEAD, and the tests and benchmarks that run on the device come from the same export.
   rm -rf .gpu-carry && mkdir -p .gpu-carry
-  if [ -n "${WHEEL:-}" ]; then cp "$WHEEL" .gpu-carry/; else
-    python3 -m pip wheel . --no-deps -w .gpu-carry -v 2>&1 | tail -5; fi
+  git archive --format=tar HEAD > .gpu-carry/src.tar
   git rev-parse HEAD > .gpu-carry/git-sha
+  if [ -n "${WHEEL:-}" ]; then cp "$WHEEL" .gpu-carry/; else
+    export_dir=$(mktemp -d) && tar -xf .gpu-carry/src.tar -C "$export_dir"
+    python3 -m pip wheel "$export_dir" --no-deps -w .gpu-carry -v 2>&1 | tail -5
+    rm -rf "$export_dir"; fi
   ls -la .gpu-carry
   ;;
 device)
@@ -24,8 +29,9 @@ device)
   export PYTHONUNBUFFERED=1
   # A fresh --target dir on the image's python3 (which holds torch; it is itself a venv, so a
   # --system-site-packages venv would not see torch). Nothing else of ours is importable.
-  rm -rf /tmp/tk-site
+  rm -rf /tmp/tk-site /tmp/tk-src && mkdir -p /tmp/tk-src
   python3 -m pip install -q --no-index --no-deps --target /tmp/tk-site .gpu-carry/tilekiln-*.whl
+  tar -xf .gpu-carry/src.tar -C /tmp/tk-src && cd /tmp/tk-src  # tests + benchmarks of the wheel's commit
   export PYTHONPATH=/tmp/tk-site
   PY=python3
   $PY - <<'PY'
