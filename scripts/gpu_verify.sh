@@ -72,7 +72,8 @@ collect)
   src=${2:?collect needs the files_at directory}
   sha=$(cat .gpu-carry/git-sha 2>/dev/null || git rev-parse HEAD)
   dest=benchmarks/results/$(date -u +%Y-%m-%d)-${sha:0:10}
-  mkdir -p "$dest" && cp "$src"/* "$dest"/ && echo "results in $dest"
+  mkdir -p "$dest" && cp "$src"/* "$dest"/ && echo "$sha" > "$dest/git-sha"
+  python3 benchmarks/make_results_table.py "$dest" && echo "results in $dest"
   ;;
 *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac

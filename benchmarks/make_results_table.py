@@ -1,0 +1,60 @@
+"""One Markdown table of every benchmark record in a results directory (RESULTS.md next to the JSON).
+
+    python benchmarks/make_results_table.py benchmarks/results/<date>-<sha>
+
+Reads bench_foundation.json and every bench_ops_*.json (the per-family scripts write either a
+list of records or {"records": [...]}; the copy ceiling is the record named copy_ceiling or the
+file's copy_ceiling_gbs). Columns: op, parameters, bytes moved, device time, % of the copy
+ceiling measured in the same run.
+"""
+import json
+import sys
+from pathlib import Path
+
+
+def _records(data):
+    recs = data if isinstance(data, list) else data.get("records", [])
+    ceiling = None if isinstance(data, list) else data.get("copy_ceiling_gbs")
+    out = []
+    for r in recs:
+        if not isinstance(r, dict):
+            continue
+        if r.get("name") == "copy_ceiling":
+            ceiling = r.get("bandwidth_gbs")
+            continue
+        out.append(r)
+    return out, ceiling
+
+
+def _fmt_params(p):
+    if not isinstance(p, dict):
+        return str(p or "")
+    return ", ".join(f"{k}={v}" for k, v in p.items())
+
+
+def main(folder):
+    folder = Path(folder)
+    sha = (folder / "git-sha").read_text().strip()[:10] if (folder / "git-sha").exists() else folder.name
+    lines = [f"# Benchmark results ({folder.name}, commit {sha})", "",
+             "Device time from CUDA-graph replay (median); bytes = each input read once + each output written once;",
+             "% of copy = bandwidth / device-to-device copy ceiling measured in the same script run.", ""]
+    files = [folder / "bench_foundation.json"] + sorted(folder.glob("bench_ops_*.json"))
+    for f in files:
+        if not f.exists():
+            continue
+        recs, ceiling = _records(json.loads(f.read_text()))
+        lines += [f"## {f.stem} (copy ceiling {ceiling:.0f} GB/s)" if ceiling else f"## {f.stem}", "",
+                  "| op | parameters | bytes | time (µs) | % of copy |", "|---|---|---|---|---|"]
+        for r in recs:
+            name = r.get("name") or r.get("op") or r.get("kernel")
+            t = r.get("time_us", r.get("time_s"))
+            unit = "" if "time_us" in r else " s"
+            pct = r.get("pct_of_copy", "")
+            lines.append(f"| {name} | {_fmt_params(r.get('params'))} | {r.get('bytes', '')} | {t}{unit} | {pct} |")
+        lines.append("")
+    (folder / "RESULTS.md").write_text("\n".join(lines))
+    print(f"wrote {folder / 'RESULTS.md'}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
