@@ -15,22 +15,32 @@ Shared layout: 64 rows of 64 elements without padding (so the 16-byte shared
 stores stay aligned); the 16-byte chunk index of row r is XORed with
 (r / V) % chunks_per_row. The gathers of a warp then hit distinct banks (or the
 same word): bf16 and e4m3 are conflict-free, fp32 too because a warp covers 8
-chunk columns x 4 output rows. Four vectors per thread keep 64 bytes in flight
-per thread; the CTA size follows from the element width (64 / 128 / 256
-threads), so a 2048-thread SM holds 128 KiB of loads in flight for every dtype.
+chunk columns x 4 output rows.
 
-Compile-time: element width and the load width. Runtime: batch count, M, N and
-the input's row and batch strides (one cubin serves every shape).
+Each thread moves ``vectors_per_thread`` 16-byte vectors in and out, so the CTA
+has tile_bytes / 16 / vectors_per_thread threads. Fewer, fuller threads mean
+more bytes in flight per thread and smaller CTAs, whose barrier waits on fewer
+loads (the 256-thread fp32 CTAs of 4 vectors reached only 61-73% of copy
+bandwidth on the H200; see python/tilekiln/transpose/_transpose.py:VECTORS for
+the measured choice per width).
+
+Compile-time: element width, the load width and vectors per thread. Runtime:
+batch count, M, N, the input's row and batch strides (one cubin serves every
+shape) and the tile order (``m_fast``: consecutive CTAs walk M instead of N).
 """
 OP = "batched_transpose"
-PARAM_NAMES = ("elem_bytes", "wide_loads")
+PARAM_NAMES = ("elem_bytes", "wide_loads", "vectors_per_thread")
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
     "tl.disable_safe_memory_legalize": True,
 }
 TILE = 64
-VECTORS_PER_THREAD = 4
+# 16-byte vectors per thread, the H200-measured choice per element width; it must match
+# python/tilekiln/transpose/_transpose.py:VECTORS (the measurements are there). Only these
+# variants are valid, so a manifest need not name the parameter (PARAM_DEFAULTS fills it in).
+TUNED_VECTORS = {1: 4, 2: 4, 4: 8}
+PARAM_DEFAULTS = {"vectors_per_thread": sorted(set(TUNED_VECTORS.values()))}
 STORAGE = {1: "uint8", 2: "uint16", 4: "uint32"}
 
 
@@ -41,12 +51,14 @@ def invalid_reason(p):
         return "wide_loads must be a bool"
     if p["elem_bytes"] == 4 and not p["wide_loads"]:
         return "fp32 loads of 4 elements are 16 bytes already: use wide_loads=True"
+    if p["vectors_per_thread"] != TUNED_VECTORS[p["elem_bytes"]]:
+        return f"vectors_per_thread for elem_bytes={p['elem_bytes']} is {TUNED_VECTORS[p['elem_bytes']]} (tuned)"
     return None
 
 
-def threads_for(elem_bytes):
-    """Threads per CTA: the 64 x 64 tile's 16-byte vectors, VECTORS_PER_THREAD each."""
-    return TILE * TILE * elem_bytes // 16 // VECTORS_PER_THREAD
+def threads_for(elem_bytes, vectors_per_thread):
+    """Threads per CTA: the 64 x 64 tile's 16-byte vectors, vectors_per_thread each."""
+    return TILE * TILE * elem_bytes // 16 // vectors_per_thread
 
 
 def build(p, arch):
@@ -61,7 +73,8 @@ def build(p, arch):
     lanes_c = min(cpr, 8)  # store phase: chunk columns a warp covers (8 x 4 rows for fp32)
     lanes_n = 32 // lanes_c
     col_groups = cpr // lanes_c
-    threads = threads_for(eb)
+    vpt = p["vectors_per_thread"]
+    threads = threads_for(eb, vpt)
     loads = TILE * TILE // lv // threads  # load vectors per thread
     pieces = TILE // lv  # load vectors per tile row
     x_numel, y_numel = T.dynamic("x_numel, y_numel")
@@ -76,13 +89,18 @@ def build(p, arch):
         x: T.Tensor((x_numel,), storage),
         y: T.Tensor((y_numel,), storage),
         num_batches: T.int32,
-        m_tiles: T.int32,  # M / 64
-        n_tiles: T.int32,  # N / 64
+        tiles_x: T.int32,  # gridDim.x: N / 64, or M / 64 when m_fast
+        tiles_y: T.int32,  # gridDim.y: the other one
         x_stride_m: T.int32,  # row stride of x in load vectors (elements / lv)
         x_stride_b: T.int64,  # batch stride of x in load vectors
+        m_fast: T.int32,  # 1: consecutive CTAs walk M (the same output rows), 0: they walk N
     ):
-        with T.Kernel(n_tiles, m_tiles, num_batches, threads=threads) as (bn, bm, batch):
+        with T.Kernel(tiles_x, tiles_y, num_batches, threads=threads) as (gx, gy, batch):
             tx = T.get_thread_binding()
+            bn = T.if_then_else(m_fast != 0, gy, gx)
+            bm = T.if_then_else(m_fast != 0, gx, gy)
+            n_tiles = T.if_then_else(m_fast != 0, tiles_y, tiles_x)
+            m_tiles = T.if_then_else(m_fast != 0, tiles_x, tiles_y)
             tile = T.alloc_shared((TILE * TILE,), storage)
             buf = T.alloc_local((loads, lv), storage)
             out = T.alloc_local((sv,), storage)
@@ -104,7 +122,7 @@ def build(p, arch):
             T.sync_threads()
             m_total = m_tiles * TILE
             y_base = (T.Cast("int64", batch) * (n_tiles * TILE) + bn * TILE) * m_total + bm * TILE
-            for r in T.unroll(VECTORS_PER_THREAD):
+            for r in T.unroll(vpt):
                 q = tx + r * threads
                 lane = q % 32
                 group = q // 32

@@ -14,7 +14,10 @@ PARAM_NAMES = ("experts_per_lane",)
 SCORING = {"sigmoid": 0, "sqrtsoftplus": 1}
 MAX_EXPERTS = 512
 WARP = 32
-MASK, FIX, MAP, UNMAPPED, VEC4 = 1, 2, 4, 8, 16
+MASK, FIX, MAP, UNMAPPED, VEC4, BIAS4, COMPACT = 1, 2, 4, 8, 16, 32, 64
+# Let the kernel compact the kept groups into half-lists (K == ceil(E / 32), e.g. DeepSeek-V3's E = 256, K = 8):
+# same results, fewer instructions (kernels/moe/top2_sum_gate.py). A switch so both paths stay testable.
+USE_COMPACTION = True
 
 
 def _int(name, v, lo, hi=None):
@@ -151,6 +154,10 @@ def top2_sum_gate(logits, bias, num_topk, num_topk_groups, num_groups, use_share
         ptr["un"], un_stride = unmapped_topk_idx.data_ptr(), unmapped_topk_idx.stride(0)
     if epl % 4 == 0 and e % 4 == 0 and logits.data_ptr() % 16 == 0:
         flags |= VEC4
+    if epl % 4 == 0 and bias.data_ptr() % 16 == 0:
+        flags |= BIAS4
+    if USE_COMPACTION:
+        flags |= COMPACT
     grouped = num_groups and num_groups != num_topk_groups
     lpg_shift = ((e // num_groups) // epl).bit_length() - 1 if grouped else 0
     launch(OP, PARAM_NAMES, (epl,), device,
