@@ -106,3 +106,13 @@ def test_non_finite_raise_without_killing_the_context(seed, bad):
     good = torch.randn(64, 256, device="cuda")
     _check(good, bias, 8, 4, 8, False, 0, 2.5, 0, 1, 0, 1, "sigmoid")
     tilekiln.check_errors()
+
+
+@pytest.mark.parametrize("scoring", ["sigmoid", "sqrtsoftplus"])
+def test_without_group_compaction(seed, scoring, monkeypatch):
+    """The kernel keeps a non-compacted path (kept groups not packed); it stays bit-exact too."""
+    from tilekiln.moe import _top2_sum
+    monkeypatch.setattr(_top2_sum, "USE_COMPACTION", False)
+    logits = torch.randn(4001, 256, device="cuda") * 3
+    bias = torch.randn(256, device="cuda") * 0.1
+    _check(logits, bias, 8, 4, 8, False, 0, 2.5, 0, 1, 0, 1, scoring)
