@@ -40,17 +40,56 @@ def _psum(n_valid, experts, alignment=128):
     return torch.tensor(ends, dtype=torch.int32, device="cuda"), -(-end // alignment) * alignment
 
 
+def _backward_records(t, i, ceiling):
+    """swiglu_backward[_and_per_token_cast], bytes per OPERATORS.md §3.2 (B): x e4m3 N*2I + x sf
+    N*(2I/g)*4 + act_x_grad N*I*b_g (+4N weights) + x_grad bf16 N*2I*2 + x_grad e4m3 N*2I + sf
+    (+4N weight_grad) (+N*I*2 act_out); padding rows are written (zeros) but not read."""
+    records = []
+    for experts in (0, 32):
+        psum, n = (None, t) if experts == 0 else _psum(t, experts)
+        w = torch.rand(n, device="cuda")
+        base = dict(tokens=t, inter=i, experts=experts, weights=True)
+        dy = torch.randn(n, i, device="cuda").to(torch.bfloat16)
+        for g, round_sf, packed, recompute in ((128, False, False, False), (128, True, True, False),
+                                               (32, True, False, False), (128, False, False, True)):
+            data = torch.randn(n, 2 * i, device="cuda").to(torch.float8_e4m3fn)
+            x_sf = torch.rand(n, 2 * i // g, device="cuda")
+
+            def fn(g=g, round_sf=round_sf, packed=packed, recompute=recompute, data=data, x_sf=x_sf, psum=psum,
+                   dy=dy, w=w):
+                return tilekiln.quant.swiglu_backward_and_per_token_cast(
+                    (data, x_sf), dy, "e4m3", g, psum, w, 2.5, round_sf=round_sf, use_packed_ue8m0=packed,
+                    do_recompute=recompute)
+            out = fn()
+            moved = (t * 2 * i + t * (2 * i // g) * 4 + t * i * 2 + nbytes(w) + (nbytes(psum) if psum is not None
+                     else 0) + nbytes(out[0]) + nbytes(out[1][0]) + nbytes(out[1][1]) + nbytes(out[2]) +
+                     (nbytes(out[3]) if recompute else 0))
+            records.append(_record("swiglu_backward_and_per_token_cast",
+                                   dict(base, x="e4m3", grad="bf16", g=g, round_sf=round_sf, ue8m0=packed,
+                                        recompute=recompute), fn, moved, ceiling))
+        x = torch.randn(n, 2 * i, device="cuda").to(torch.bfloat16)
+        out = tilekiln.quant.swiglu_backward(x, dy, "bf16", psum, w, 2.5)
+        moved = t * 2 * i * 2 + t * i * 2 + nbytes(w) + nbytes(out[0]) + nbytes(out[1])
+        records.append(_record("swiglu_backward", dict(base, x="bf16", fmt="bf16"),
+                               lambda x=x, dy=dy, psum=psum, w=w: tilekiln.quant.swiglu_backward(
+                                   x, dy, "bf16", psum, w, 2.5), moved, ceiling))
+    return records
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokens", type=int, default=16384)
     ap.add_argument("--inter", type=int, default=2048)
+    ap.add_argument("--ops", choices=("all", "forward", "backward"), default="all")
     args = ap.parse_args()
     t, i = args.tokens, args.inter
     ceiling = copy_ceiling_gbs()
     records = [dict(name="copy_ceiling", bandwidth_gbs=round(ceiling, 1))]
     torch.manual_seed(0)
-    for experts in (0, 32):
+    if args.ops != "forward":
+        records += _backward_records(t, i, ceiling)
+    for experts in ((0, 32) if args.ops != "backward" else ()):
         psum, n = (None, t) if experts == 0 else _psum(t, experts)
         x = torch.randn(n, 2 * i, device="cuda").to(torch.bfloat16)
         w = torch.rand(n, device="cuda")

@@ -171,6 +171,16 @@ def per_channel_cast(x, fmt, num_per_tokens, round_sf=False, num_per_channels=No
 
 __all__ += ["swiglu_forward_and_per_token_cast", "swiglu_forward"]
 
+# SwiGLU backward, and compile-aware wrappers of the forward pair (torch.library ops in _swiglu_bwd).
+from tilekiln.quant._swiglu_bwd import (  # noqa: E402,F811
+    swiglu_backward,
+    swiglu_backward_and_per_token_cast,
+    swiglu_forward,
+    swiglu_forward_and_per_token_cast,
+)
+
+__all__ += ["swiglu_backward_and_per_token_cast", "swiglu_backward"]
+
 # per_block_cast family and dequantization (custom ops registered in their modules).
 from tilekiln.quant._cast_back import (  # noqa: E402
     cast_back,

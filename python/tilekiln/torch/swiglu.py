@@ -85,15 +85,44 @@ def swiglu_forward(x, psum_num_tokens_per_expert=None, topk_weights=None, routed
     return y
 
 
+# weight_grad's fixed fp32 summation order (kernels/quant/swiglu_backward.py): the row is
+# walked in chunks of LANES * LANE_COLS columns; lane l sums its columns 512k + 16l + i in
+# increasing order from 0.0, then a butterfly (xor 16, 8, 4, 2, 1) adds the 32 lane sums.
+LANES, LANE_COLS = 32, 16
+
+
+def _lane_order_row_sum(p):
+    """Sum of p [N, I] over dim 1 in the kernel's order (bit-exact, unlike torch.sum)."""
+    n, hidden = p.shape
+    chunk = LANES * LANE_COLS
+    chunks = -(-hidden // chunk)
+    padded = torch.zeros(n, chunks * chunk, dtype=torch.float32, device=p.device)
+    padded[:, :hidden] = p
+    mask = torch.zeros(chunks * chunk, dtype=torch.bool, device=p.device)
+    mask[:hidden] = True
+    # [N, chunks, lanes, cols] -> [N, lanes, chunks * cols]: each lane's columns in increasing order.
+    per_lane = padded.view(n, chunks, LANES, LANE_COLS).permute(0, 2, 1, 3).reshape(n, LANES, chunks * LANE_COLS)
+    lane_mask = mask.view(chunks, LANES, LANE_COLS).permute(1, 0, 2).reshape(LANES, chunks * LANE_COLS)
+    acc = torch.zeros(n, LANES, dtype=torch.float32, device=p.device)
+    for j in range(per_lane.shape[2]):
+        acc = torch.where(lane_mask[:, j], acc + per_lane[:, :, j], acc)
+    lanes = torch.arange(LANES, device=p.device)
+    for off in (16, 8, 4, 2, 1):
+        acc = acc + acc[:, lanes ^ off]
+    return acc[:, 0]
+
+
 def swiglu_backward(x, grad_out, psum_num_tokens_per_expert=None, topk_weights=None, routed_scaling_factor=None,
                     clamp_value=None, alignment=None):
-    """Backward of ``swiglu_forward`` (fp32), padding rows zeroed.
+    """Backward of ``swiglu_forward`` (fp32); every output of a padding row is +0.
 
     Returns ``(x_grad [N, 2I], weight_grad [N], out [N, I])`` with topk_weights, else
     ``(x_grad, out)``; ``out`` is the recomputed weighted forward output. With
-    w_eff = w * rsf (1 without weights) and s = 1 / (1 + exp(-a)):
-    dgate = ((dy * w_eff) * s) * u * (1 + a * (1 - s)), dup = ((dy * w_eff) * s) * a,
-    each zeroed where that input was clamped; weight_grad = sum(dy * silu(a) * u) (* rsf).
+    w_eff = w * rsf (1 without weights), d = 1 + exp(-a) and s = 1 / d (a, u clamped):
+    dgate = ((dy * w_eff) * s * u) * (a * (1 - s) + 1), dup = ((dy * w_eff) * s) * a,
+    each zeroed where that input was clamped; out = ((a / d) * u) * w_eff;
+    weight_grad = sum(dy * ((a / d) * u)) (* rsf), summed in the kernel's fixed order
+    (``_lane_order_row_sum``). For FP8 input pass the dequantized fp32 x (q * sf).
     """
     a, u = _split(x)
     n, hidden = a.shape
@@ -110,7 +139,7 @@ def swiglu_backward(x, grad_out, psum_num_tokens_per_expert=None, topk_weights=N
     d = one + torch.exp(-a)
     s = one / d
     w = _effective_weights(topk_weights, routed_scaling_factor)
-    w_rows = torch.where(valid, w, torch.zeros_like(w)) if w is not None else valid.float()
+    w_rows = w if w is not None else torch.ones(n, device=x.device)
     g_ws = dy * w_rows.unsqueeze(1) * s
     x_grad = g_ws * u * (a * (one - s) + one)
     y_grad = g_ws * a
@@ -119,10 +148,14 @@ def swiglu_backward(x, grad_out, psum_num_tokens_per_expert=None, topk_weights=N
         y_grad = y_grad.masked_fill(up_clamped, 0.0)
     act = a / d * u
     out = act * w_rows.unsqueeze(1)
-    grad = torch.cat([x_grad, y_grad], dim=1)
+    rows = valid.unsqueeze(1)
+    # Explicit zeros (not a zero weight): +0 even where dy or x of a padding row is negative or not finite.
+    grad = torch.where(rows, torch.cat([x_grad, y_grad], dim=1), torch.zeros(n, 2 * hidden, device=x.device))
+    out = torch.where(rows, out, torch.zeros_like(out))
     if w is None:
         return grad, out
-    wg = torch.where(valid, (dy * act).sum(dim=1), torch.zeros(n, device=x.device))
+    wg = _lane_order_row_sum(dy * act)
     if routed_scaling_factor is not None:
         wg = wg * torch.full_like(wg, float(routed_scaling_factor))
+    wg = torch.where(valid, wg, torch.zeros_like(wg))
     return grad, wg, out
