@@ -118,3 +118,9 @@ def _dedupe(variants):
 
 def default_manifest_path():
     return Path(__file__).resolve().parent.parent / "manifests" / "default.toml"
+
+
+def preset_paths():
+    """{name: path} of the model-family presets (manifests/presets/*.toml); empty outside a source tree."""
+    folder = default_manifest_path().parent / "presets"
+    return {p.stem: p for p in sorted(folder.glob("*.toml"))}

@@ -63,7 +63,22 @@ def package(gen_dir, out_dir, stems_by_arch, manifest_path, log=print):
     return index
 
 
+def preset_coverage(variants):
+    """{preset: {"arches": [...], "missing": n}} for manifests/presets/*.toml: how many of the preset's
+    (variant, arch) pairs, for the arches this store has, are absent (0 = the store covers it)."""
+    from build_tools import manifest
+    have = {(v["key"], v["arch"]) for v in variants}
+    arches = sorted({v["arch"] for v in variants})
+    out = {}
+    for name, path in sorted(manifest.preset_paths().items()):
+        _, preset_variants = manifest.load(path)
+        missing = sum((pv.key, a) not in have for pv in preset_variants for a in arches)
+        out[name] = {"arches": arches, "missing": missing}
+    return out
+
+
 def _write_index(out_dir, index):
+    index["presets"] = preset_coverage(index["variants"])
     index["variants"].sort(key=lambda v: (v["op"], v["arch"], v["key"]))
     (out_dir / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True))
 

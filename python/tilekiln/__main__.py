@@ -24,6 +24,11 @@ def info(out=sys.stdout):
     counts = collections.Counter((e["op"], e["arch"]) for e in index["variants"])
     for op in sorted({op for op, _ in counts}):
         p(f"  {op:28s} " + ", ".join(f"{a}: {counts[(op, a)]}" for a in index["arches"]))
+    presets = index.get("presets") or {}
+    if presets:
+        def state(c):
+            return "covered" if c["missing"] == 0 else f"{c['missing']} variant(s) missing"
+        p("model presets (manifests/presets): " + ", ".join(f"{name} {state(c)}" for name, c in sorted(presets.items())))
     try:
         d = driver.get_driver()
         v = d.version()
