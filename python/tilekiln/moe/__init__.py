@@ -177,3 +177,31 @@ def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, ro
     if out is None and torch.compiler.is_compiling():
         return torch.ops.tilekiln.moe_topk_gate_backward(*args)
     return _router21.moe_topk_gate_backward(*args, out=out)
+
+
+# v1 group ranking of a grouped score row (moe/_topk_sum.py).
+from tilekiln.moe import _topk_sum  # noqa: E402
+
+__all__ += ["topk_sum_and_topk_group_idx"]
+
+
+@torch.library.custom_op("tilekiln::topk_sum_and_topk_group_idx", mutates_args=(), device_types="cuda")
+def _topk_sum_and_topk_group_idx_op(scores: torch.Tensor, num_topk_sum: int, num_topk_groups: int) -> torch.Tensor:
+    return _topk_sum.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
+
+
+@_topk_sum_and_topk_group_idx_op.register_fake
+def _(scores, num_topk_sum, num_topk_groups):
+    _topk_sum.check(scores, num_topk_sum, num_topk_groups)
+    return scores.new_empty((scores.shape[0], num_topk_groups), dtype=torch.int64)
+
+
+def topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups):
+    """Indices [T, num_topk_groups] int64 of the best groups of scores [T, G, E/G] fp32 (tile_kernels v1).
+
+    Group score = the top-1 (num_topk_sum 1) or the fp32 sum of the top-2 (2) scores of the group; best
+    first, ties to the lower group index. Reference: ``tilekiln.torch.topk_sum_and_topk_group_idx``.
+    """
+    if torch.compiler.is_compiling():
+        return torch.ops.tilekiln.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
+    return _topk_sum.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
