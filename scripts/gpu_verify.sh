@@ -46,26 +46,29 @@ PY
   # Tests import the installed wheel, never the source tree. Every test file goes to one of
   # GPU_TEST_PROCS parallel pytest processes on the one GPU (correctness tests leave it mostly
   # idle); the benchmarks run alone afterwards.
+  # Optional wall-clock budget (the device time of a session is limited): tests get at most
+  # GPU_TEST_TIMEOUT_S, and each benchmark only what is left of GPU_VERIFY_BUDGET_S.
+  deadline=$((SECONDS + ${GPU_VERIFY_BUDGET_S:-3600}))
   nproc_tests=${GPU_TEST_PROCS:-4}
   mapfile -t all_files < <(ls tests/*/test_*.py | sort)
   pids=()
   for ((i = 0; i < nproc_tests; i++)); do
     files=()
     for ((j = i; j < ${#all_files[@]}; j += nproc_tests)); do files+=("${all_files[$j]}"); done
-    (TILEKILN_TEST_INSTALLED=1 $PY -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider --maxfail=200 \
+    (TILEKILN_TEST_INSTALLED=1 timeout "${GPU_TEST_TIMEOUT_S:-1800}" \
+        $PY -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider --maxfail=200 \
         --junitxml="$OUT/gpu_tests_$i.xml" ${PYTEST_ARGS:-} > "$OUT/gpu_tests_$i.log" 2>&1
      echo "group $i rc=$?" >> "$OUT/gpu_tests_$i.log") &
     pids+=($!)
   done
   wait "${pids[@]}"
   for f in "$OUT"/gpu_tests_*.log; do tail -3 "$f"; done
-  $PY benchmarks/bench_foundation.py --out "$OUT/bench_foundation.json"
-  $PY benchmarks/bench_launch_paths.py --out "$OUT/bench_launch_paths.json"
-  # One benchmark script per op family (benchmarks/bench_ops_<family>.py, same JSON schema).
-  for b in benchmarks/bench_ops_*.py; do
+  # The foundation figures, then one benchmark script per op family (benchmarks/bench_ops_<family>.py).
+  for b in benchmarks/bench_foundation.py benchmarks/bench_ops_*.py benchmarks/bench_launch_paths.py; do
     [ -e "$b" ] || continue
-    name=$(basename "$b" .py)
-    $PY "$b" --out "$OUT/$name.json" || echo "BENCHMARK FAILED: $b"
+    name=$(basename "$b" .py) left=$((deadline - SECONDS))
+    if [ "$left" -lt 15 ]; then echo "BENCHMARK SKIPPED (time budget spent): $b"; continue; fi
+    timeout "$left" $PY "$b" --out "$OUT/$name.json" || echo "BENCHMARK FAILED or timed out: $b"
   done
   ;;
 collect)
