@@ -201,3 +201,60 @@ __all__ += ["per_block_cast", "per_block_cast_with_sf_only", "per_block_cast_wit
 from tilekiln.quant._e5m6 import cast_back_e5m6, per_token_cast_to_e5m6  # noqa: E402
 
 __all__ += ["per_token_cast_to_e5m6", "cast_back_e5m6"]
+
+# v1-only per-channel quantization fused with a transpose (kernels/quant/per_channel_transpose.py).
+from tilekiln.quant import _per_channel_v1  # noqa: E402
+
+__all__ += ["per_channel_cast_and_transpose", "swiglu_forward_and_per_channel_cast_and_transpose"]
+
+
+@torch.library.custom_op("tilekiln::per_channel_cast_and_transpose", mutates_args=(), device_types="cuda")
+def _per_channel_cast_and_transpose_op(x: torch.Tensor, fmt: str, num_per_tokens: int,
+                                       round_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _per_channel_v1.per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
+
+
+@_per_channel_cast_and_transpose_op.register_fake
+def _(x, fmt, num_per_tokens, round_sf):
+    _per_channel_v1.check_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
+    return _per_channel_v1.alloc(x.shape[0], x.shape[1], num_per_tokens, True, x.device)
+
+
+def per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf=False):
+    """v1: per-channel FP8 quantization of x [T, H] bf16 fused with a transpose.
+
+    Returns ``(q [H, T] e4m3, sf [T/gm, H] fp32)`` like tile_kernels v1. Under ``torch.compile``
+    the call goes through ``tilekiln::per_channel_cast_and_transpose``.
+    """
+    if torch.compiler.is_compiling():
+        return torch.ops.tilekiln.per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
+    return _per_channel_v1.per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
+
+
+@torch.library.custom_op("tilekiln::swiglu_forward_and_per_channel_cast_and_transpose", mutates_args=(),
+                         device_types="cuda")
+def _swiglu_per_channel_op(x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool, without_transpose: bool,
+                           swiglu_clamp_value: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(
+        x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
+
+
+@_swiglu_per_channel_op.register_fake
+def _(x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value):
+    _per_channel_v1.check_swiglu(x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
+    return _per_channel_v1.alloc(x.shape[0], x.shape[1] // 2, num_per_tokens, not without_transpose, x.device)
+
+
+def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf=False, without_transpose=False,
+                                                      swiglu_clamp_value=None):
+    """v1: SwiGLU of x [T, 2I] bf16 (optional clamp), per-channel FP8 quantization and a transpose.
+
+    Returns ``(q [I, T] e4m3, or [T, I] with without_transpose, sf [T/gm, I] fp32)``. Under
+    ``torch.compile`` the call goes through ``tilekiln::swiglu_forward_and_per_channel_cast_and_transpose``.
+    """
+    if torch.compiler.is_compiling():
+        clamp = None if swiglu_clamp_value is None else float(swiglu_clamp_value)
+        return torch.ops.tilekiln.swiglu_forward_and_per_channel_cast_and_transpose(
+            x, fmt, num_per_tokens, round_sf, without_transpose, clamp)
+    return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(
+        x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)

@@ -1,0 +1,65 @@
+"""v1 per-channel transpose benchmarks on the GPU (DeepSeek-V3 sizes): one JSON record per figure.
+
+    python benchmarks/bench_ops_per_channel_v1.py --out results.json
+
+Figures: per_channel_cast_and_transpose at T=16384, H=7168 and
+swiglu_forward_and_per_channel_cast_and_transpose at T=16384, I=2048 (x [T, 4096]), for
+gm in {32, 128}, round_sf on, transposed and not (swiglu), clamp 10. Bytes = each input read
+once + each output written once (OPERATORS.md §3.2: 2TH + TH + 4(T/gm)H, and
+T*2I*2 + T*I + 4(T/gm)I). The copy ceiling is measured in the same run.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+
+import tilekiln  # noqa: E402
+
+
+def _record(name, params, fn, moved, ceiling):
+    t = graph_time_us(fn)
+    bw = moved / (t * 1e-6) / 1e9
+    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
+               pct_of_copy=round(100 * bw / ceiling, 1))
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=7168)
+    ap.add_argument("--inter", type=int, default=2048)
+    args = ap.parse_args()
+    t, h, i = args.tokens, args.hidden, args.inter
+    Q = tilekiln.quant
+    ceiling = copy_ceiling_gbs()
+    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
+    records = []
+    x = torch.randn(t, h, device="cuda").bfloat16()
+    xs = torch.randn(t, 2 * i, device="cuda").bfloat16()
+    for gm in (32, 128):
+        q, sf = Q.per_channel_cast_and_transpose(x, "e4m3", gm, round_sf=True)
+        records.append(_record(
+            "per_channel_cast_and_transpose", dict(T=t, H=h, gm=gm, round_sf=True),
+            lambda gm=gm: Q.per_channel_cast_and_transpose(x, "e4m3", gm, round_sf=True),
+            nbytes(x, q, sf), ceiling))
+        for without_transpose in (False, True):
+            kw = dict(round_sf=True, without_transpose=without_transpose, swiglu_clamp_value=10.0)
+            q, sf = Q.swiglu_forward_and_per_channel_cast_and_transpose(xs, "e4m3", gm, **kw)
+            records.append(_record(
+                "swiglu_forward_and_per_channel_cast_and_transpose",
+                dict(T=t, I=i, gm=gm, round_sf=True, without_transpose=without_transpose, clamp=10.0),
+                lambda gm=gm, kw=kw: Q.swiglu_forward_and_per_channel_cast_and_transpose(xs, "e4m3", gm, **kw),
+                nbytes(xs, q, sf), ceiling))
+    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
