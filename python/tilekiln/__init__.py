@@ -18,7 +18,7 @@ from tilekiln.config import (  # noqa: F401
     set_token_alignment,
     use_deterministic_algorithms,
 )
-from tilekiln.moe import check_errors  # noqa: F401
+from tilekiln.quant import check_errors  # noqa: F401  (quant's covers the routing kernels too)
 
 __version__ = "0.1.0"
 

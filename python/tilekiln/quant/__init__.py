@@ -258,3 +258,11 @@ def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, num_per_tokens, ro
             x, fmt, num_per_tokens, round_sf, without_transpose, clamp)
     return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(
         x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
+
+# Exact scale-format conversions (kernels/quant/per_block_cast_lossless.py, transpose_weight_sf.py);
+# scale errors are raised through a host-mapped flag (LosslessScaleError, check_errors).
+from tilekiln.quant._lossless import check_errors, per_block_cast_lossless  # noqa: E402
+from tilekiln.quant._weight_sf import batched_transpose_weight_sf  # noqa: E402
+from tilekiln.torch.quant_lossless import LosslessScaleError  # noqa: E402
+
+__all__ += ["per_block_cast_lossless", "batched_transpose_weight_sf", "LosslessScaleError", "check_errors"]

@@ -70,3 +70,7 @@ from .moe_router import (  # noqa: E402
 
 __all__ += ['aux_fi', 'group_count', 'inplace_unique_group_indices', 'mask_indices_by_tp',
             'moe_topk_gate_backward', 'moe_topk_gate_forward', 'philox4x32_10']
+
+from .quant_lossless import LosslessScaleError, batched_transpose_weight_sf, per_block_cast_lossless_ref  # noqa: E402
+
+__all__ += ['LosslessScaleError', 'batched_transpose_weight_sf', 'per_block_cast_lossless_ref']

@@ -1,0 +1,82 @@
+"""Benchmarks of the exact scale conversions on the GPU (DeepSeek-V3 sizes): one JSON record per figure.
+
+    python benchmarks/bench_ops_lossless.py --out results.json
+
+per_block_cast_lossless: MXFP4 (1 x 32, fp32 or packed UE8M0 scales) -> e4m3 with (1, 128),
+(32, 32) and (128, 128) blocks at T=16384, H=7168 (targets >= 90% of copy bandwidth).
+batched_transpose_weight_sf: the fp32 128 x 128 scales of one MoE layer's expert weights
+(256 experts: gate/up [2*2048, 7168] as one weight and down [7168, 2048]), bs = 128 (target >= 80%).
+Bytes = each input read once + each output written once (OPERATORS.md §3.2). The copy ceiling
+is measured in the same run.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+
+import tilekiln  # noqa: E402
+
+
+def _record(name, params, fn, moved, ceiling):
+    t = graph_time_us(fn)
+    bw = moved / (t * 1e-6) / 1e9
+    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
+               pct_of_copy=round(100 * bw / ceiling, 1))
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
+def _mxfp4(t, h, packed):
+    data = torch.randint(-128, 128, (t, h // 2), dtype=torch.int16, device="cuda").to(torch.int8)
+    e = torch.randint(-10, 0, (t, h // 32), device="cuda")
+    if packed:
+        b = torch.zeros(t, -(-h // 128) * 4, dtype=torch.uint8, device="cuda")
+        b[:, :h // 32] = (e + 127).to(torch.uint8)
+        return data, b.view(torch.int32)
+    return data, torch.exp2(e.float())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=7168)
+    ap.add_argument("--experts", type=int, default=256)
+    args = ap.parse_args()
+    t, h = args.tokens, args.hidden
+    Q = tilekiln.quant
+    ceiling = copy_ceiling_gbs()
+    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
+    records = []
+    for packed in (False, True):
+        x = _mxfp4(t, h, packed)
+        for ob in ((1, 128), (32, 32), (128, 128)):
+            q, sf = Q.per_block_cast_lossless(x, "e4m3", (1, 32), ob, packed, True, packed)
+            records.append(_record(
+                "per_block_cast_lossless", dict(T=t, H=h, x_block=[1, 32], out_block=list(ob), packed_ue8m0=packed,
+                                                col_major=packed),
+                lambda x=x, ob=ob, packed=packed: Q.per_block_cast_lossless(x, "e4m3", (1, 32), ob, packed, True,
+                                                                            packed),
+                nbytes(x[0], x[1], q, sf), ceiling))
+    g, bs = args.experts, 128
+    sf = [torch.exp2(torch.randint(-20, 0, (g, 2 * 2048 // bs, h // bs), device="cuda").float()),
+          torch.exp2(torch.randint(-20, 0, (g, h // bs, 2048 // bs), device="cuda").float())]
+    outs = Q.batched_transpose_weight_sf(sf, bs, [False, True], [None, None])
+    moved = nbytes(*sf) + sum(nbytes(*pair) for pair in outs)
+    records.append(_record(
+        "batched_transpose_weight_sf", dict(G=g, weights=[[2 * 2048, h], [h, 2048]], block_size=bs),
+        lambda: Q.batched_transpose_weight_sf(sf, bs, [False, True], [None, None]), moved, ceiling))
+    records.append(_record(
+        "batched_transpose_weight_sf_outs", dict(G=g, weights=[[2 * 2048, h], [h, 2048]], block_size=bs),
+        lambda: Q.batched_transpose_weight_sf(sf, bs, [False, True], outs), moved, ceiling))
+    Q.check_errors()
+    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
