@@ -55,7 +55,7 @@ PY
   for ((i = 0; i < nproc_tests; i++)); do
     files=()
     for ((j = i; j < ${#all_files[@]}; j += nproc_tests)); do files+=("${all_files[$j]}"); done
-    (TILEKILN_TEST_INSTALLED=1 timeout "${GPU_TEST_TIMEOUT_S:-1800}" \
+    (TILEKILN_TEST_INSTALLED=1 timeout -s INT "${GPU_TEST_TIMEOUT_S:-1800}" \
         $PY -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider --maxfail=200 \
         --junitxml="$OUT/gpu_tests_$i.xml" ${PYTEST_ARGS:-} > "$OUT/gpu_tests_$i.log" 2>&1
      echo "group $i rc=$?" >> "$OUT/gpu_tests_$i.log") &
