@@ -473,3 +473,13 @@ X = torch.ones(4, 64)
 def test_argument_validation(call, exc, words):
     with pytest.raises(exc, match=words):
         call()
+
+
+def test_cast_back_of_one_row_with_col_major_packed_scales():
+    """A (1, k) col-major packed-UE8M0 sf has a size-1 dim with stride 4: decoding must not view it as bytes."""
+    from tilekiln.torch import cast, cast_back
+    x = torch.randn(1, 256) * 3
+    q, sf = cast(x, "e4m3", (1, 128), round_sf=True, use_packed_ue8m0=True, use_tma_aligned_col_major_sf=True)
+    assert sf.shape == (1, 1) and sf.stride() == (1, 4)
+    y = cast_back((q, sf), "fp32", (1, 128))
+    assert torch.allclose(y, x, rtol=2 ** -3)

@@ -253,9 +253,10 @@ def _unpack_ue8m0(packed, sf_shape, dim):
     if dim == 0:
         return _unpack_ue8m0(packed.T, sf_shape[::-1], 1).T
     mb, kb = sf_shape
-    # Flatten first: a size-1 dim may carry any stride (e.g. a column-major
-    # (Mb, 1) tensor), and view(uint8) needs a unit inner stride.
-    flat = packed.contiguous().reshape(-1).view(torch.uint8)
+    # Copy into fresh storage first: a size-1 dim may carry any stride (e.g. a column-major
+    # (1, 1) tensor, which torch calls contiguous and reshapes keeping stride 4), and
+    # view(uint8) needs a unit inner stride.
+    flat = packed.new_empty(packed.numel()).copy_(packed.reshape(-1)).view(torch.uint8)
     return flat.reshape(packed.shape[0], -1)[:mb, :kb]
 
 
