@@ -50,25 +50,33 @@ PY
   # GPU_TEST_TIMEOUT_S, and each benchmark only what is left of GPU_VERIFY_BUDGET_S.
   deadline=$((SECONDS + ${GPU_VERIFY_BUDGET_S:-3600}))
   nproc_tests=${GPU_TEST_PROCS:-4}
-  mapfile -t all_files < <(ls tests/*/test_*.py | sort)
-  pids=()
+  # GPU_TEST_FILES narrows the files (default: all); the device tool returns at most 8 files, so
+  # per-group logs and junit files go into one tar and one combined log.
+  if [ -n "${GPU_TEST_FILES:-}" ]; then read -r -a all_files <<< "$GPU_TEST_FILES"
+  else mapfile -t all_files < <(ls tests/*/test_*.py | sort); fi
+  work=$(mktemp -d) pids=()
   for ((i = 0; i < nproc_tests; i++)); do
     files=()
     for ((j = i; j < ${#all_files[@]}; j += nproc_tests)); do files+=("${all_files[$j]}"); done
+    [ ${#files[@]} -gt 0 ] || continue
     (TILEKILN_TEST_INSTALLED=1 timeout -s INT "${GPU_TEST_TIMEOUT_S:-1800}" \
         $PY -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider --maxfail=200 \
-        --junitxml="$OUT/gpu_tests_$i.xml" ${PYTEST_ARGS:-} > "$OUT/gpu_tests_$i.log" 2>&1
-     echo "group $i rc=$?" >> "$OUT/gpu_tests_$i.log") &
+        --junitxml="$work/gpu_tests_$i.xml" ${PYTEST_ARGS:-} > "$work/gpu_tests_$i.log" 2>&1
+     echo "group $i rc=$? files: ${files[*]}" >> "$work/gpu_tests_$i.log") &
     pids+=($!)
   done
-  wait "${pids[@]}"
-  for f in "$OUT"/gpu_tests_*.log; do tail -3 "$f"; done
+  wait "${pids[@]}" || true  # a failing group must not stop the benchmarks
+  cat "$work"/gpu_tests_*.log > "$OUT/gpu_tests.log"
+  tar -czf "$OUT/gpu_tests.tgz" -C "$work" .
+  for f in "$work"/gpu_tests_*.log; do tail -2 "$f"; done
   # The foundation figures, then one benchmark script per op family (benchmarks/bench_ops_<family>.py).
-  for b in benchmarks/bench_foundation.py benchmarks/bench_ops_*.py benchmarks/bench_launch_paths.py; do
+  mkdir -p "$work/bench"
+  for b in ${BENCHES:-benchmarks/bench_foundation.py benchmarks/bench_ops_*.py benchmarks/bench_launch_paths.py}; do
     [ -e "$b" ] || continue
     name=$(basename "$b" .py) left=$((deadline - SECONDS))
     if [ "$left" -lt 15 ]; then echo "BENCHMARK SKIPPED (time budget spent): $b"; continue; fi
-    timeout "$left" $PY "$b" --out "$OUT/$name.json" || echo "BENCHMARK FAILED or timed out: $b"
+    timeout "$left" $PY "$b" --out "$work/bench/$name.json" || echo "BENCHMARK FAILED or timed out: $b"
+    tar -czf "$OUT/bench.tgz" -C "$work/bench" .  # after each one: a cut-off run keeps what finished
   done
   ;;
 collect)
@@ -76,6 +84,7 @@ collect)
   sha=$(cat .gpu-carry/git-sha 2>/dev/null || git rev-parse HEAD)
   dest=benchmarks/results/$(date -u +%Y-%m-%d)-${sha:0:10}
   mkdir -p "$dest" && cp "$src"/* "$dest"/ && echo "$sha" > "$dest/git-sha"
+  for t in "$dest"/*.tgz; do [ -e "$t" ] && tar -xzf "$t" -C "$dest" && rm "$t"; done
   python3 benchmarks/make_results_table.py "$dest" && echo "results in $dest"
   ;;
 *) echo "unknown mode $mode" >&2; exit 2 ;;
