@@ -38,8 +38,11 @@ def test_compile_fullgraph(seed):
 def test_pre_quantized_input_opcheck_and_compile(seed):
     x = torch.randn(256, 1024, device="cuda", dtype=torch.bfloat16)
     data, x_sf = ref_cast(x, "e4m3", (128, 128))
+    # test_schema compares inputs before/after with arithmetic torch lacks for float8 ("mul_cuda" not
+    # implemented for Float8_e4m3fn, measured on the H200), so it is left out for this FP8-input op.
     torch.library.opcheck(torch.ops.tilekiln.per_token_cast_requant.default,
-                          (data, x_sf, 128, 128, "e4m3", 32, False, True, True, False))
+                          (data, x_sf, 128, 128, "e4m3", 32, False, True, True, False),
+                          test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"))
 
     def f(data, x_sf):
         return tilekiln.quant.per_token_cast((data, x_sf), "e4m3", 32, x_block_size=(128, 128), round_sf=True)

@@ -483,3 +483,8 @@ def test_cast_back_of_one_row_with_col_major_packed_scales():
     assert sf.shape == (1, 1) and sf.stride() == (1, 4)
     y = cast_back((q, sf), "fp32", (1, 128))
     assert torch.allclose(y, x, rtol=2 ** -3)
+
+
+def test_packed_scales_of_zero_rows_decode():
+    from tilekiln.torch.quant import _unpack_ue8m0
+    assert _unpack_ue8m0(torch.zeros(0, 2, dtype=torch.int32), (0, 7), 1).shape == (0, 7)

@@ -257,7 +257,7 @@ def _unpack_ue8m0(packed, sf_shape, dim):
     # (1, 1) tensor, which torch calls contiguous and reshapes keeping stride 4), and
     # view(uint8) needs a unit inner stride.
     flat = packed.new_empty(packed.numel()).copy_(packed.reshape(-1)).view(torch.uint8)
-    return flat.reshape(packed.shape[0], -1)[:mb, :kb]
+    return flat.reshape(packed.shape[0], 4 * packed.shape[1])[:mb, :kb]  # explicit: packed may have 0 rows
 
 
 def _to_tma_col_major(sf):
