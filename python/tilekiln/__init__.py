@@ -1,9 +1,12 @@
 """TileKiln: DeepSeek-style LLM kernels compiled ahead of time (tile_kernels 2.1 compatible API).
 
-Importing needs neither a GPU nor a CUDA driver; kernels load on first use.
+Importing needs neither a GPU nor a CUDA driver; kernels load on first use. The op families
+(``quant``, ``moe``, ``transpose``) and the references (``torch``) are imported on first attribute
+access, which also registers their torch.library ops: a first call pays only for its own family.
 """
-from tilekiln import config, moe, quant  # noqa: F401
-from tilekiln import transpose  # noqa: F401
+import importlib
+
+from tilekiln import config  # noqa: F401
 from tilekiln._runtime import DriverError, MissingSpecializationError, UnsupportedDeviceError, preload  # noqa: F401
 from tilekiln.config import (  # noqa: F401
     get_amax_clamp_for_quant,
@@ -18,9 +21,25 @@ from tilekiln.config import (  # noqa: F401
     set_token_alignment,
     use_deterministic_algorithms,
 )
-from tilekiln.quant import check_errors  # noqa: F401  (quant's covers the routing kernels too)
 
 __version__ = "0.1.0"
+_LAZY_SUBMODULES = ("quant", "moe", "transpose", "torch")
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"tilekiln.{name}")
+    raise AttributeError(f"module 'tilekiln' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+
+
+def check_errors(device=None):
+    """Synchronize ``device`` and raise any error a TileKiln kernel recorded there (quant and routing)."""
+    from tilekiln.quant import check_errors as check
+    return check(device)
 
 
 def list_kernels():

@@ -91,3 +91,23 @@ def test_merge_rejects_conflicting_shards(subset_store, tmp_path):
     (other / "index.json").write_text(json.dumps(index))
     with pytest.raises(package.PackageError, match="conflict"):
         package.merge([subset_store, other], tmp_path / "merged", log=lambda *a: None)
+
+
+@needs_toolchain
+def test_runtime_index_is_split_per_op_and_arch(subset_store):
+    """The loader's first call parses runtime/<op>.<arch>.json only, never the whole index.json."""
+    index = json.loads((subset_store / "index.json").read_text())
+    summary = json.loads((subset_store / "runtime" / "summary.json").read_text())
+    assert summary["arches"] == index["arches"] and summary["ops"] == sorted({v["op"] for v in index["variants"]})
+    for v in index["variants"]:
+        entries = json.loads((subset_store / "runtime" / f"{v['op']}.{v['arch']}.json").read_text())
+        match = [e for e in entries if e["key"] == v["key"]]
+        assert len(match) == 1 and match[0]["sha256"] == v["sha256"] and match[0]["spec"] == v["spec"]
+    sys.path.insert(0, str(ROOT / "python"))
+    from tilekiln._runtime.artifacts import KernelStore
+    s = KernelStore(subset_store)
+    s._device_arch[0] = "sm_90a"  # no GPU here: pretend device 0 is an H100/H200
+    entry = next(v for v in index["variants"] if v["op"] == "topk_gate" and v["arch"] == "sm_90a")
+    names = list(entry["variant"])
+    k = s.kernel("topk_gate", names, [entry["variant"][n] for n in names], 0)
+    assert k.entry["sha256"] == entry["sha256"] and s._index is None  # index.json was never parsed

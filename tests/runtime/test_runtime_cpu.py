@@ -155,3 +155,14 @@ def test_config_roundtrip():
     finally:
         tilekiln.config.reset_runtime_config()
     assert tilekiln.get_amax_clamp_for_quant("e4m3", False) == 1e-4
+
+
+def test_families_load_on_first_use():
+    """`import tilekiln` loads no op family; a quant call's import loads neither the routing family nor
+    every reference (first-call cost, issue 2)."""
+    code = ("import sys; import tilekiln; a = {m for m in ('tilekiln.quant', 'tilekiln.moe', 'tilekiln.transpose') "
+            "if m in sys.modules}; tilekiln.quant; "
+            "print(sorted(a), 'tilekiln.moe' in sys.modules, 'tilekiln.torch.moe_router' in sys.modules)")
+    env = {"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["[]", "False", "False"], out.stdout + out.stderr

@@ -1,4 +1,6 @@
 """Argument validation shared by the ops: every failure names the argument and what is allowed."""
+import os
+
 import torch
 
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -39,3 +41,8 @@ def choice(name, value, allowed):
 def flag(name, value):
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+# Synchronize after each kernel that reports errors through host-mapped flags and raise at once
+# (TILEKILN_SYNC_CHECKS=1 or tilekiln.moe.set_sync_checks); shared by the routing and quant ops.
+sync_checks = [os.environ.get("TILEKILN_SYNC_CHECKS", "0") == "1"]

@@ -8,7 +8,6 @@ that device, or at once by ``check_errors()`` (which synchronizes), or right
 after the launch when ``TILEKILN_SYNC_CHECKS=1`` / ``set_sync_checks(True)``.
 """
 import ctypes
-import os
 import threading
 
 import torch
@@ -28,7 +27,7 @@ class NonFiniteScoresError(FloatingPointError):
 
 _flags = {}
 _flags_lock = threading.Lock()
-_sync_checks = [os.environ.get("TILEKILN_SYNC_CHECKS", "0") == "1"]
+_sync_checks = checks.sync_checks  # one switch for every op family
 
 
 def set_sync_checks(enabled: bool) -> None:

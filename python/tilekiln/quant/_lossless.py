@@ -14,7 +14,6 @@ import threading
 import torch
 
 from tilekiln._runtime import checks, launch
-from tilekiln.moe import _topk
 from tilekiln.quant._per_token import _sf_storage
 from tilekiln.torch.quant_lossless import LosslessScaleError
 
@@ -66,7 +65,7 @@ def raise_pending(device_index):
 
 def after_launch(device_index):
     """Honour the synchronous-check mode shared with the routing ops (tilekiln.moe.set_sync_checks)."""
-    if _topk._sync_checks[0] and not torch.cuda.is_current_stream_capturing():
+    if checks.sync_checks[0] and not torch.cuda.is_current_stream_capturing():
         torch.cuda.current_stream(device_index).synchronize()
         raise_pending(device_index)
 
@@ -76,6 +75,7 @@ def check_errors(device=None):
     index = torch.cuda.current_device() if device is None else torch.device(device).index
     torch.cuda.synchronize(index)
     raise_pending(index)
+    from tilekiln.moe import _topk  # imported here: a quant call must not load the routing family
     _topk.check_errors(index)
 
 
