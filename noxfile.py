@@ -5,6 +5,7 @@
                  without tilelang/nvcc. GPU tests skip with a visible reason without a GPU.
   nox -s build   the default manifest's kernel store into .artifacts/kernels (no CMake)
   nox -s wheel   the release wheel into dist/ (pip wheel ., default manifest, manylinux_2_28 via auditwheel)
+  nox -s wheel_cross  the manylinux_2_28_aarch64 wheel from it (shim cross-compiled with zig, auditwheel-checked)
   nox -s gpu     the first half of scripts/gpu_verify.sh (see README: GPU verification)
   nox -s bench   benchmarks on a local GPU, JSON into benchmarks/results/
   nox -s lint    ruff over the Python sources (config in pyproject.toml)
@@ -56,6 +57,26 @@ def wheel(session):
         if mb > WHEEL_BUDGET_MB:
             session.error(f"{whl} is {mb:.1f} MB, over the {WHEEL_BUDGET_MB} MB budget")
     shutil.rmtree(raw, ignore_errors=True)
+
+
+@nox.session
+def wheel_cross(session):
+    """The manylinux_2_28_aarch64 wheel from dist/'s x86_64 one (run `nox -s wheel` first): same cubins and
+    Python code, the launch shim cross-compiled with zig's C compiler, checked by auditwheel
+    (build_tools/cross_wheel.py). Not run on an aarch64 machine here; CI's cibuildwheel job builds it natively."""
+    import glob
+    session.install("ziglang==0.13.0", "auditwheel==6.8.2")
+    wheels = glob.glob("dist/tilekiln-*x86_64.whl")
+    if not wheels:
+        session.error("no x86_64 wheel in dist/: run `nox -s wheel` first")
+    for whl in wheels:
+        session.run("python", "-m", "build_tools.cross_wheel", whl, "--out", "dist", "--arch", "aarch64",
+                    "--manylinux", "2_28")
+    for whl in glob.glob("dist/tilekiln-*aarch64.whl"):
+        mb = os.path.getsize(whl) / 1e6
+        session.log(f"{whl}: {mb:.2f} MB (budget {WHEEL_BUDGET_MB} MB)")
+        if mb > WHEEL_BUDGET_MB:
+            session.error(f"{whl} is {mb:.1f} MB, over the {WHEEL_BUDGET_MB} MB budget")
 
 
 @nox.session(python=False)

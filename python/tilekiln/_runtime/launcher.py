@@ -46,7 +46,10 @@ def _load_shim():
     path = Path(__file__).with_name("libtilekiln_launch.so")
     if os.environ.get("TILEKILN_LAUNCHER", "auto") == "ctypes" or not path.exists():
         return None
-    lib = ctypes.CDLL(str(path))
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError:  # e.g. a shim built for another platform: the ctypes path serves every launch
+        return None
     if lib.tk_kernel_size() != ctypes.sizeof(_ShimKernel):
         return None  # a mismatched build: fall back rather than corrupt launches
     fn = lib.tk_launch
