@@ -84,6 +84,17 @@ def first_call_s(op):
     return statistics.median(runs)
 
 
+def bandwidth_record(name, params, fn, moved, ceiling, **extra):
+    """One JSON record of a memory-bound op: device time of ``fn`` (graph replay), ``moved`` bytes, and the
+    bandwidth as % of the copy ceiling measured in the same run; printed as it is taken."""
+    t = graph_time_us(fn)
+    bw = moved / (t * 1e-6) / 1e9
+    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
+               pct_of_copy=round(100 * bw / ceiling, 1), **{k: v for k, v in extra.items() if v is not None})
+    print(json.dumps(rec), flush=True)
+    return rec
+
+
 def nbytes(*ts):
     return sum(t.numel() * t.element_size() for t in ts)
 

@@ -16,18 +16,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
 
 import tilekiln  # noqa: E402
-
-
-def _record(name, params, fn, moved, ceiling):
-    t = graph_time_us(fn)
-    bw = moved / (t * 1e-6) / 1e9
-    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
-               pct_of_copy=round(100 * bw / ceiling, 1))
-    print(json.dumps(rec), flush=True)
-    return rec
 
 
 def main():
@@ -45,12 +36,12 @@ def main():
     for src, dst, sr in ((x32, torch.bfloat16, False), (x32, torch.bfloat16, True),
                          (x32, torch.float8_e4m3fn, True), (x16, torch.float8_e4m3fn, True)):
         y = tilekiln.quant.cast(src, dst, sr)
-        records.append(_record(
+        records.append(bandwidth_record(
             "cast", dict(T=t, H=h, in_dtype=str(src.dtype), out_dtype=str(dst), stochastic_rounding=sr),
             lambda src=src, dst=dst, sr=sr: tilekiln.quant.cast(src, dst, sr), nbytes(src, y), ceiling))
     for packed in (False, True):
         q, sf = tilekiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed, use_packed_ue8m0=packed)
-        records.append(_record(
+        records.append(bandwidth_record(
             "per_channel_cast", dict(T=t, H=h, in_dtype="torch.bfloat16", num_per_tokens=128, round_sf=packed,
                                      use_packed_ue8m0=packed),
             lambda packed=packed: tilekiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed,

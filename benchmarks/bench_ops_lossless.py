@@ -17,18 +17,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
 
 import tilekiln  # noqa: E402
-
-
-def _record(name, params, fn, moved, ceiling):
-    t = graph_time_us(fn)
-    bw = moved / (t * 1e-6) / 1e9
-    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
-               pct_of_copy=round(100 * bw / ceiling, 1))
-    print(json.dumps(rec), flush=True)
-    return rec
 
 
 def _mxfp4(t, h, packed):
@@ -57,7 +48,7 @@ def main():
         x = _mxfp4(t, h, packed)
         for ob in ((1, 128), (32, 32), (128, 128)):
             q, sf = Q.per_block_cast_lossless(x, "e4m3", (1, 32), ob, packed, True, packed)
-            records.append(_record(
+            records.append(bandwidth_record(
                 "per_block_cast_lossless", dict(T=t, H=h, x_block=[1, 32], out_block=list(ob), packed_ue8m0=packed,
                                                 col_major=packed),
                 lambda x=x, ob=ob, packed=packed: Q.per_block_cast_lossless(x, "e4m3", (1, 32), ob, packed, True,
@@ -68,10 +59,10 @@ def main():
           torch.exp2(torch.randint(-20, 0, (g, h // bs, 2048 // bs), device="cuda").float())]
     outs = Q.batched_transpose_weight_sf(sf, bs, [False, True], [None, None])
     moved = nbytes(*sf) + sum(nbytes(*pair) for pair in outs)
-    records.append(_record(
+    records.append(bandwidth_record(
         "batched_transpose_weight_sf", dict(G=g, weights=[[2 * 2048, h], [h, 2048]], block_size=bs),
         lambda: Q.batched_transpose_weight_sf(sf, bs, [False, True], [None, None]), moved, ceiling))
-    records.append(_record(
+    records.append(bandwidth_record(
         "batched_transpose_weight_sf_outs", dict(G=g, weights=[[2 * 2048, h], [h, 2048]], block_size=bs),
         lambda: Q.batched_transpose_weight_sf(sf, bs, [False, True], outs), moved, ceiling))
     Q.check_errors()

@@ -14,20 +14,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
 
 import tilekiln  # noqa: E402
-
-
-def _record(name, params, fn, moved, ceiling, note=None):
-    t = graph_time_us(fn)
-    bw = moved / (t * 1e-6) / 1e9
-    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
-               pct_of_copy=round(100 * bw / ceiling, 1))
-    if note:
-        rec["note"] = note
-    print(json.dumps(rec), flush=True)
-    return rec
 
 
 def main():
@@ -45,22 +34,22 @@ def main():
     q = tilekiln.quant
 
     out, rstd, _ = q.norm_forward(x, w, 1e-6, with_rstd=True)
-    records.append(_record("norm_forward", dict(T=t, H=h, dtype="bf16", residual=False),
+    records.append(bandwidth_record("norm_forward", dict(T=t, H=h, dtype="bf16", residual=False),
                            lambda: q.norm_forward(x, w, 1e-6), nbytes(x, w, out), ceiling))
     out, _, ro = q.norm_forward(x, w, 1e-6, residual=r)
-    records.append(_record("norm_forward", dict(T=t, H=h, dtype="bf16", residual=True),
+    records.append(bandwidth_record("norm_forward", dict(T=t, H=h, dtype="bf16", residual=True),
                            lambda: q.norm_forward(x, w, 1e-6, residual=r), nbytes(x, r, w, out, ro), ceiling))
     for packed in (False, True):
         (qq, sf), _, _, _ = q.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, round_sf=True,
                                                               use_packed_ue8m0=packed)
-        records.append(_record(
+        records.append(bandwidth_record(
             "norm_forward_and_per_token_cast", dict(T=t, H=h, dtype="bf16", fmt="e4m3", g=32, round_sf=True,
                                                     packed_ue8m0=packed, residual=False),
             lambda packed=packed: q.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, round_sf=True,
                                                                     use_packed_ue8m0=packed),
             nbytes(x, w, qq, sf), ceiling))
     (qq, sf), ob, _, ro = q.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, residual=r, with_out_bf16=True)
-    records.append(_record(
+    records.append(bandwidth_record(
         "norm_forward_and_per_token_cast", dict(T=t, H=h, dtype="bf16", fmt="e4m3", g=32, residual=True,
                                                 with_out_bf16=True),
         lambda: q.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, residual=r, with_out_bf16=True),
@@ -71,7 +60,7 @@ def main():
     wg = torch.zeros(h, dtype=torch.float32, device="cuda")
     dx, _ = q.norm_backward(dy, x, w, rstd, weight_grad=wg)
     p = q.norm_backward_num_partials(torch.bfloat16)
-    records.append(_record(
+    records.append(bandwidth_record(
         "norm_backward", dict(T=t, H=h, dtype="bf16", weight_grad="fp32 accumulate", partials=p),
         lambda: q.norm_backward(dy, x, w, rstd, weight_grad=wg),
         nbytes(dy, x, w, rstd, dx) + 2 * wg.numel() * 4, ceiling,

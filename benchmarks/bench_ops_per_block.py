@@ -16,21 +16,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
 
 import tilekiln  # noqa: E402
 from tilekiln.torch import cast as ref_cast  # noqa: E402
 
 Q = tilekiln.quant
-
-
-def _record(name, params, fn, moved, ceiling):
-    t = graph_time_us(fn)
-    bw = moved / (t * 1e-6) / 1e9
-    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
-               pct_of_copy=round(100 * bw / ceiling, 1))
-    print(json.dumps(rec), flush=True)
-    return rec
 
 
 def main():
@@ -50,7 +41,7 @@ def main():
                                   (x16, "e4m3", (32, 32), False), (x16, "e4m3", (32, 32), True),
                                   (x16, "e2m1", (128, 128), False), (x32, "e4m3", (128, 128), False)):
         q, sf = Q.per_block_cast(x, fmt, block, round_sf=packed, use_packed_ue8m0=packed)
-        records.append(_record(
+        records.append(bandwidth_record(
             "per_block_cast", dict(T=t, H=h, in_dtype=str(x.dtype), fmt=fmt, block_size=list(block),
                                    round_sf=packed, use_packed_ue8m0=packed),
             lambda x=x, fmt=fmt, block=block, packed=packed: Q.per_block_cast(x, fmt, block, round_sf=packed,
@@ -62,12 +53,12 @@ def main():
                                                                              "use_packed_ue8m0": True})):
         qx = tuple(v.cuda() for v in ref_cast(x32, fmt, block, **opts))
         y = Q.cast_back(qx, "bf16", block)
-        records.append(_record(
+        records.append(bandwidth_record(
             "cast_back", dict(T=t, H=h, fmt=fmt, x_block_size=list(block), sf_dtype=str(qx[1].dtype), out="bf16"),
             lambda qx=qx, block=block: Q.cast_back(qx, "bf16", block), nbytes(*qx, y), ceiling))
 
     xf = x16.clone()
-    records.append(_record(
+    records.append(bandwidth_record(
         "per_token_cast_and_cast_back", dict(T=t, H=h, dtype="torch.bfloat16", fmt="e4m3", num_per_channels=128),
         lambda: Q.per_token_cast_and_cast_back(xf, "e4m3", 128), 2 * nbytes(xf), ceiling))
     Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))

@@ -16,18 +16,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
 
 import tilekiln  # noqa: E402
-
-
-def _record(name, params, fn, moved, ceiling):
-    t = graph_time_us(fn)
-    bw = moved / (t * 1e-6) / 1e9
-    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
-               pct_of_copy=round(100 * bw / ceiling, 1))
-    print(json.dumps(rec), flush=True)
-    return rec
 
 
 def main():
@@ -46,14 +37,14 @@ def main():
     xs = torch.randn(t, 2 * i, device="cuda").bfloat16()
     for gm in (32, 128):
         q, sf = Q.per_channel_cast_and_transpose(x, "e4m3", gm, round_sf=True)
-        records.append(_record(
+        records.append(bandwidth_record(
             "per_channel_cast_and_transpose", dict(T=t, H=h, gm=gm, round_sf=True),
             lambda gm=gm: Q.per_channel_cast_and_transpose(x, "e4m3", gm, round_sf=True),
             nbytes(x, q, sf), ceiling))
         for without_transpose in (False, True):
             kw = dict(round_sf=True, without_transpose=without_transpose, swiglu_clamp_value=10.0)
             q, sf = Q.swiglu_forward_and_per_channel_cast_and_transpose(xs, "e4m3", gm, **kw)
-            records.append(_record(
+            records.append(bandwidth_record(
                 "swiglu_forward_and_per_channel_cast_and_transpose",
                 dict(T=t, I=i, gm=gm, round_sf=True, without_transpose=without_transpose, clamp=10.0),
                 lambda gm=gm, kw=kw: Q.swiglu_forward_and_per_channel_cast_and_transpose(xs, "e4m3", gm, **kw),

@@ -15,18 +15,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
 
 import tilekiln  # noqa: E402
-
-
-def _record(name, params, fn, moved, ceiling):
-    t = graph_time_us(fn)
-    bw = moved / (t * 1e-6) / 1e9
-    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
-               pct_of_copy=round(100 * bw / ceiling, 1))
-    print(json.dumps(rec), flush=True)
-    return rec
 
 
 def main():
@@ -44,7 +35,7 @@ def main():
     for x in (x32.bfloat16(), x32):
         for packed in (False, True):
             q, sf = Q.per_token_cast(x, "e5m6", h, round_sf=packed, use_packed_ue8m0=packed)
-            records.append(_record(
+            records.append(bandwidth_record(
                 "per_token_cast_e5m6", dict(T=t, H=h, in_dtype=str(x.dtype), round_sf=packed,
                                             use_packed_ue8m0=packed),
                 lambda x=x, packed=packed: Q.per_token_cast(x, "e5m6", h, round_sf=packed, use_packed_ue8m0=packed),
@@ -52,7 +43,7 @@ def main():
     q, sf = Q.per_token_cast(x32, "e5m6", h)
     for fmt in ("bf16", "fp32"):
         y = Q.cast_back((q, sf), fmt, (1, h), x_special_fmt="e5m6")
-        records.append(_record(
+        records.append(bandwidth_record(
             "cast_back_e5m6", dict(T=t, H=h, fmt=fmt),
             lambda fmt=fmt: Q.cast_back((q, sf), fmt, (1, h), x_special_fmt="e5m6"), nbytes(q, sf, y), ceiling))
     Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))

@@ -15,18 +15,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
 
 import tilekiln  # noqa: E402
-
-
-def _record(name, params, fn, moved, ceiling):
-    t = graph_time_us(fn)
-    bw = moved / (t * 1e-6) / 1e9
-    rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
-               pct_of_copy=round(100 * bw / ceiling, 1))
-    print(json.dumps(rec), flush=True)
-    return rec
 
 
 def _psum(n_valid, experts, alignment=128):
@@ -64,13 +55,13 @@ def _backward_records(t, i, ceiling):
             moved = (t * 2 * i + t * (2 * i // g) * 4 + t * i * 2 + nbytes(w) + (nbytes(psum) if psum is not None
                      else 0) + nbytes(out[0]) + nbytes(out[1][0]) + nbytes(out[1][1]) + nbytes(out[2]) +
                      (nbytes(out[3]) if recompute else 0))
-            records.append(_record("swiglu_backward_and_per_token_cast",
+            records.append(bandwidth_record("swiglu_backward_and_per_token_cast",
                                    dict(base, x="e4m3", grad="bf16", g=g, round_sf=round_sf, ue8m0=packed,
                                         recompute=recompute), fn, moved, ceiling))
         x = torch.randn(n, 2 * i, device="cuda").to(torch.bfloat16)
         out = tilekiln.quant.swiglu_backward(x, dy, "bf16", psum, w, 2.5)
         moved = t * 2 * i * 2 + t * i * 2 + nbytes(w) + nbytes(out[0]) + nbytes(out[1])
-        records.append(_record("swiglu_backward", dict(base, x="bf16", fmt="bf16"),
+        records.append(bandwidth_record("swiglu_backward", dict(base, x="bf16", fmt="bf16"),
                                lambda x=x, dy=dy, psum=psum, w=w: tilekiln.quant.swiglu_backward(
                                    x, dy, "bf16", psum, w, 2.5), moved, ceiling))
     return records
@@ -104,15 +95,15 @@ def main():
             def fn(g=g, round_sf=round_sf, packed=packed, psum=psum, x=x, w=w):
                 tilekiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", g, psum, w, 2.5, round_sf=round_sf,
                                                                  use_packed_ue8m0=packed)
-            records.append(_record("swiglu_forward_and_per_token_cast",
+            records.append(bandwidth_record("swiglu_forward_and_per_token_cast",
                                    dict(base, fmt="e4m3", g=g, round_sf=round_sf, ue8m0=packed), fn, moved, ceiling))
         counts = torch.zeros(4, dtype=torch.int64, device="cuda")
-        records.append(_record(
+        records.append(bandwidth_record(
             "swiglu_forward_and_per_token_cast", dict(base, fmt="e4m3", g=128, clamp=10.0, count=True),
             lambda x=x, w=w, psum=psum: tilekiln.quant.swiglu_forward_and_per_token_cast(
                 x, "e4m3", 128, psum, w, 2.5, clamp_value=10.0, clamped_count=counts),
             x_bytes + n_valid * i + n * (i // 128) * 4, ceiling))
-        records.append(_record(
+        records.append(bandwidth_record(
             "swiglu_forward", dict(base, fmt="bf16"),
             lambda x=x, w=w, psum=psum: tilekiln.quant.swiglu_forward(x, "bf16", psum, w, 2.5),
             x_bytes + n_valid * i * 2, ceiling))
