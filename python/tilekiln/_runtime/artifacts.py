@@ -1,7 +1,8 @@
 """The installed kernel store: ``tilekiln/_kernels/index.json`` plus one cubin per variant and arch.
 
-Nothing is written at run time, so read-only installs work. The index is
-read once, on the first kernel lookup (not at import). With TILEKILN_JIT=1 a missing
+Nothing is written at run time, so read-only installs work. Nothing is read at import: a
+kernel lookup parses only runtime/<op>.<arch>.json (index.json, the full build record, is read
+only by tools such as ``tilekiln info`` and ``preload``). With TILEKILN_JIT=1 a missing
 variant is built into a per-user cache instead of failing (tilekiln._runtime.jit).
 """
 import contextlib
