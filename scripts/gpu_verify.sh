@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# GPU verification: the wheel built here, installed on the H200 without tilelang or nvcc,
-# runs the GPU tests and the benchmarks. Two halves, because the GPU is another machine:
+# GPU verification: the wheel of HEAD, built here, installed on the H200 without tilelang or nvcc,
+# runs the GPU tests and the benchmarks of the same commit. Three steps, because the GPU is another machine:
 #
-#   1. here:    scripts/gpu_verify.sh prepare      # builds dist/*.whl into .gpu-carry/ (git-ignored)
+#   1. here:    scripts/gpu_verify.sh prepare      # HEAD's wheel + source export into .gpu-carry/ (git-ignored)
 #   2. device:  run tool, carry [".gpu-carry"], command:
-#               bash scripts/gpu_verify.sh device   # fresh venv, install, pytest -m gpu, benchmarks -> $OUT
-#   3. here:    scripts/gpu_verify.sh collect <files_at>  # copies the JSON into benchmarks/results/
+#               bash scripts/gpu_verify.sh device   # fresh --target install, pytest -m gpu, benchmarks -> $OUT
+#   3. here:    scripts/gpu_verify.sh collect <files_at>  # into benchmarks/results/<date>-<sha>/ + RESULTS.md
+#
+# Device-step knobs (the session's device time is limited): GPU_TEST_PROCS (parallel pytest processes,
+# default 4), GPU_TEST_FILES (default: every tests/*/test_*.py), GPU_TEST_TIMEOUT_S, GPU_VERIFY_BUDGET_S
+# (benchmarks stop when it is spent), BENCHES (default: foundation, every bench_ops_*, launch paths).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?usage: gpu_verify.sh prepare|device|collect DIR}
