@@ -1,24 +1,51 @@
-"""Quantization operators (tile_kernels.quant compatible)."""
+"""Quantization operators (tile_kernels.quant compatible).
+
+Each op lives in its own module (``_per_token``, ``_per_block``, ``_cast_back``, ``_cast``, ``_per_channel``,
+``_per_channel_v1``, ``_swiglu`` / ``_swiglu_bwd``, ``_norm``, ``_e5m6``, ``_lossless``, ``_weight_sf``); this
+file exports them and registers, with fake implementations, the torch.library ops that ``torch.compile``
+traces (the per_block, cast_back and swiglu ops register theirs in their own modules).
+"""
 from typing import Optional
 
 import torch
 
-from tilekiln.quant import _per_token
-from tilekiln.quant import _norm
-from tilekiln.quant._norm import (  # noqa: F401
-    norm_backward,
-    norm_backward_num_partials,
-    norm_forward_and_per_token_cast,
+from tilekiln.quant import _cast, _norm, _per_channel, _per_channel_v1, _per_token
+from tilekiln.quant._cast_back import cast_back, per_token_cast_and_cast_back, per_token_cast_back  # noqa: F401
+from tilekiln.quant._e5m6 import cast_back_e5m6, per_token_cast_to_e5m6  # noqa: F401  (v1 E5M6)
+from tilekiln.quant._lossless import check_errors, per_block_cast_lossless  # noqa: F401
+from tilekiln.quant._norm import norm_backward, norm_backward_num_partials, norm_forward_and_per_token_cast  # noqa: F401
+from tilekiln.quant._per_block import (  # noqa: F401
+    per_block_cast,
+    per_block_cast_with_precomputed_sf,
+    per_block_cast_with_sf_only,
 )
-from tilekiln.quant._per_token import (  # noqa: F401
-    per_token_cast_with_precomputed_sf,
-    per_token_cast_with_sf_only,
+from tilekiln.quant._per_token import per_token_cast_with_precomputed_sf, per_token_cast_with_sf_only  # noqa: F401
+# compile-aware wrappers of the swiglu forward pair and the backward pair (their torch.library ops)
+from tilekiln.quant._swiglu_bwd import (  # noqa: F401
+    swiglu_backward,
+    swiglu_backward_and_per_token_cast,
+    swiglu_forward,
+    swiglu_forward_and_per_token_cast,
 )
-from tilekiln.quant._swiglu import swiglu_forward, swiglu_forward_and_per_token_cast  # noqa: F401
+from tilekiln.quant._weight_sf import batched_transpose_weight_sf  # noqa: F401
 from tilekiln.torch.quant import unpack_from_e2m1fn_x2  # noqa: F401  (host helper, no kernel)
+from tilekiln.torch.quant_lossless import LosslessScaleError  # noqa: F401
 
-__all__ = ["per_token_cast", "per_token_cast_with_sf_only", "per_token_cast_with_precomputed_sf",
-           "unpack_from_e2m1fn_x2"]
+__all__ = [
+    # per-token, per-block, per-channel casts and their inverses (2.1)
+    "per_token_cast", "per_token_cast_with_sf_only", "per_token_cast_with_precomputed_sf",
+    "per_block_cast", "per_block_cast_with_sf_only", "per_block_cast_with_precomputed_sf", "per_block_cast_lossless",
+    "per_channel_cast", "cast_back", "per_token_cast_back", "per_token_cast_and_cast_back", "cast",
+    "batched_transpose_weight_sf", "unpack_from_e2m1fn_x2",
+    # fused SwiGLU and RMSNorm (2.1)
+    "swiglu_forward_and_per_token_cast", "swiglu_forward", "swiglu_backward_and_per_token_cast", "swiglu_backward",
+    "norm_forward", "norm_forward_and_per_token_cast", "norm_backward", "norm_backward_num_partials",
+    # v1-only
+    "per_token_cast_to_e5m6", "cast_back_e5m6", "per_channel_cast_and_transpose",
+    "swiglu_forward_and_per_channel_cast_and_transpose",
+    # errors
+    "LosslessScaleError", "check_errors",
+]
 
 
 @torch.library.custom_op("tilekiln::per_token_cast", mutates_args=(), device_types="cuda")
@@ -83,7 +110,6 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
 
 
 # ---- RMSNorm (kernels/quant/norm_forward.py, norm_backward.py) ----
-__all__ += ["norm_forward", "norm_forward_and_per_token_cast", "norm_backward", "norm_backward_num_partials"]
 
 
 @torch.library.custom_op("tilekiln::norm_forward", mutates_args=(), device_types="cuda")
@@ -118,9 +144,6 @@ def norm_forward(x, weight, eps, residual=None, out_scale=1.0, out=None, residua
 
 
 # ---- cast and per_channel_cast (kernels/quant/cast.py, per_channel_cast.py) ----
-from tilekiln.quant import _cast, _per_channel  # noqa: E402
-
-__all__ += ["cast", "per_channel_cast"]
 
 
 @torch.library.custom_op("tilekiln::cast", mutates_args=(), device_types="cuda")
@@ -169,43 +192,7 @@ def per_channel_cast(x, fmt, num_per_tokens, round_sf=False, num_per_channels=No
     return _per_channel.per_channel_cast(x, fmt, num_per_tokens, round_sf, num_per_channels, use_packed_ue8m0)
 
 
-__all__ += ["swiglu_forward_and_per_token_cast", "swiglu_forward"]
-
-# SwiGLU backward, and compile-aware wrappers of the forward pair (torch.library ops in _swiglu_bwd).
-from tilekiln.quant._swiglu_bwd import (  # noqa: E402,F811
-    swiglu_backward,
-    swiglu_backward_and_per_token_cast,
-    swiglu_forward,
-    swiglu_forward_and_per_token_cast,
-)
-
-__all__ += ["swiglu_backward_and_per_token_cast", "swiglu_backward"]
-
-# per_block_cast family and dequantization (custom ops registered in their modules).
-from tilekiln.quant._cast_back import (  # noqa: E402
-    cast_back,
-    per_token_cast_and_cast_back,
-    per_token_cast_back,
-)
-from tilekiln.quant._per_block import (  # noqa: E402
-    per_block_cast,
-    per_block_cast_with_precomputed_sf,
-    per_block_cast_with_sf_only,
-)
-
-__all__ += ["per_block_cast", "per_block_cast_with_sf_only", "per_block_cast_with_precomputed_sf", "cast_back",
-            "per_token_cast_back", "per_token_cast_and_cast_back"]
-
-# v1-only E5M6 (kernels/quant/e5m6.py); also reached as per_token_cast(x, 'e5m6', H) and
-# cast_back(x, fmt, (1, H), x_special_fmt='e5m6').
-from tilekiln.quant._e5m6 import cast_back_e5m6, per_token_cast_to_e5m6  # noqa: E402
-
-__all__ += ["per_token_cast_to_e5m6", "cast_back_e5m6"]
-
-# v1-only per-channel quantization fused with a transpose (kernels/quant/per_channel_transpose.py).
-from tilekiln.quant import _per_channel_v1  # noqa: E402
-
-__all__ += ["per_channel_cast_and_transpose", "swiglu_forward_and_per_channel_cast_and_transpose"]
+# ---- v1 per-channel casts fused with a transpose (kernels/quant/per_channel_transpose.py) ----
 
 
 @torch.library.custom_op("tilekiln::per_channel_cast_and_transpose", mutates_args=(), device_types="cuda")
@@ -259,10 +246,3 @@ def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, num_per_tokens, ro
     return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(
         x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
 
-# Exact scale-format conversions (kernels/quant/per_block_cast_lossless.py, transpose_weight_sf.py);
-# scale errors are raised through a host-mapped flag (LosslessScaleError, check_errors).
-from tilekiln.quant._lossless import check_errors, per_block_cast_lossless  # noqa: E402
-from tilekiln.quant._weight_sf import batched_transpose_weight_sf  # noqa: E402
-from tilekiln.torch.quant_lossless import LosslessScaleError  # noqa: E402
-
-__all__ += ["per_block_cast_lossless", "batched_transpose_weight_sf", "LosslessScaleError", "check_errors"]
