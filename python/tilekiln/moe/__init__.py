@@ -1,20 +1,26 @@
-"""MoE routing operators (tile_kernels.moe compatible)."""
+"""MoE routing operators (tile_kernels.moe compatible).
+
+Each op lives in its own module (``_topk``, ``_normalize``, ``_top2_sum``, ``_topk_sum``, ``_router21``,
+``_aux``, ``_fused``); this file exports them and registers the torch.library ops ``torch.compile`` traces.
+get_fused_mapping and friends (v1 dispatch/combine) are plain Python entry points: get_fused_mapping may
+return a host list. The auxiliary v1 ops are deterministic torch compositions.
+"""
 import torch
 
-from tilekiln.moe import _normalize, _top2_sum, _topk
+from tilekiln.moe import _normalize, _router21, _top2_sum, _topk, _topk_sum
+from tilekiln.moe._aux import aux_fi, group_count, inplace_unique_group_indices, mask_indices_by_tp  # noqa: F401
+from tilekiln.moe._fused import expand_to_fused, expand_to_fused_with_sf, get_fused_mapping, reduce_fused  # noqa: F401
 from tilekiln.moe._topk import NonFiniteScoresError, check_errors, set_sync_checks  # noqa: F401
 
-__all__ = ["topk_gate", "NonFiniteScoresError", "check_errors", "set_sync_checks"]
-__all__ += ["normalize_weight", "top2_sum_gate"]
-__all__ += ["get_fused_mapping", "expand_to_fused", "expand_to_fused_with_sf", "reduce_fused"]
-
-# v1 expert-major dispatch/combine (plain Python entry points: get_fused_mapping returns a host list).
-from tilekiln.moe._fused import (  # noqa: E402
-    expand_to_fused,
-    expand_to_fused_with_sf,
-    get_fused_mapping,
-    reduce_fused,
-)
+__all__ = [
+    # 2.1
+    "topk_gate", "normalize_weight", "moe_topk_gate_forward", "moe_topk_gate", "moe_topk_gate_backward",
+    # v1 router, group ranking, dispatch/combine and auxiliary ops
+    "top2_sum_gate", "topk_sum_and_topk_group_idx", "get_fused_mapping", "expand_to_fused", "expand_to_fused_with_sf",
+    "reduce_fused", "mask_indices_by_tp", "group_count", "aux_fi", "inplace_unique_group_indices",
+    # errors
+    "NonFiniteScoresError", "check_errors", "set_sync_checks",
+]
 
 
 @torch.library.custom_op("tilekiln::topk_gate", mutates_args=(), device_types="cuda")
@@ -92,14 +98,6 @@ def top2_sum_gate(logits, bias, num_topk, num_topk_groups, num_groups, use_share
     if torch.compiler.is_compiling():
         return torch.ops.tilekiln.top2_sum_gate(*args)
     return _top2_sum.top2_sum_gate(*args)
-
-
-# tile_kernels 2.1 sqrt-softplus fused router and the v1 auxiliary ops (moe/_router21.py, moe/_aux.py).
-from tilekiln.moe import _router21  # noqa: E402
-from tilekiln.moe._aux import aux_fi, group_count, inplace_unique_group_indices, mask_indices_by_tp  # noqa: E402
-
-__all__ += ["moe_topk_gate_forward", "moe_topk_gate", "moe_topk_gate_backward"]
-__all__ += ["mask_indices_by_tp", "group_count", "aux_fi", "inplace_unique_group_indices"]
 
 
 @torch.library.custom_op("tilekiln::moe_topk_gate_forward", mutates_args=("unmapped_topk_idx", "scores"),
@@ -180,9 +178,6 @@ def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, ro
 
 
 # v1 group ranking of a grouped score row (moe/_topk_sum.py).
-from tilekiln.moe import _topk_sum  # noqa: E402
-
-__all__ += ["topk_sum_and_topk_group_idx"]
 
 
 @torch.library.custom_op("tilekiln::topk_sum_and_topk_group_idx", mutates_args=(), device_types="cuda")
