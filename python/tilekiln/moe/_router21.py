@@ -10,7 +10,7 @@ import torch
 
 from tilekiln._runtime import checks, launch
 from tilekiln.moe import _topk
-from tilekiln.moe._top2_sum import _int, _token_mask
+from tilekiln.moe._top2_sum import _int, _physical_map, _token_mask, _unmapped_idx
 
 OP = "moe_topk_gate"
 PARAM_NAMES = ("experts_per_lane",)
@@ -60,27 +60,8 @@ def check(logits, num_topk, use_shared_as_routed, num_shared_experts, routed_sca
         _expert_vec("image_bias", image_bias, e, logits)
     if fix_routing_mask is not None and unmapped_topk_idx is None:
         raise ValueError("fix_routing_mask needs unmapped_topk_idx (the fixed rows' experts)")
-    if unmapped_topk_idx is not None:
-        checks.tensor("unmapped_topk_idx", unmapped_topk_idx, (torch.int64,), ndim=2)
-        if tuple(unmapped_topk_idx.shape) != (t, num_topk) or (t and unmapped_topk_idx.stride(1) != 1):
-            raise ValueError(f"unmapped_topk_idx must be [{t}, {num_topk}] with inner stride 1, got shape "
-                             f"{tuple(unmapped_topk_idx.shape)} strides {tuple(unmapped_topk_idx.stride())}")
-        checks.same_device("unmapped_topk_idx", unmapped_topk_idx, "logits", logits)
-    d = 1
-    if (to_physical_map is None) != (logical_count is None):
-        raise ValueError("to_physical_map and logical_count must be given together")
-    if to_physical_map is not None:
-        checks.tensor("to_physical_map", to_physical_map, (torch.int32,), ndim=2)
-        checks.tensor("logical_count", logical_count, (torch.int32,), ndim=1)
-        if to_physical_map.shape[0] != e + s or not to_physical_map.is_contiguous() or to_physical_map.shape[1] < 1:
-            raise ValueError(f"to_physical_map must be a contiguous [E + S = {e + s}, D >= 1] int32 tensor, got "
-                             f"shape {tuple(to_physical_map.shape)}")
-        if tuple(logical_count.shape) != (e + s,) or logical_count.stride(0) != 1:
-            raise ValueError(f"logical_count must be a contiguous [{e + s}] int32 tensor, got shape "
-                             f"{tuple(logical_count.shape)}")
-        d = to_physical_map.shape[1]
-        checks.same_device("to_physical_map", to_physical_map, "logits", logits)
-        checks.same_device("logical_count", logical_count, "logits", logits)
+    _unmapped_idx(unmapped_topk_idx, t, num_topk, logits)
+    d = _physical_map(to_physical_map, logical_count, e, s, logits)
     if scores is not None:
         checks.tensor("scores", scores, (torch.float32,), ndim=2)
         if tuple(scores.shape) != (t, e) or (t and not scores.is_contiguous()):

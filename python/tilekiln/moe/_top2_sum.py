@@ -36,6 +36,36 @@ def _token_mask(name, m, t, ref):
     checks.same_device(name, m, "logits", ref)
 
 
+def _unmapped_idx(u, t, num_topk, logits):
+    """The fixed-routing experts: int64 [T, K], inner stride 1 (shared by the two routers)."""
+    if u is None:
+        return
+    checks.tensor("unmapped_topk_idx", u, (torch.int64,), ndim=2)
+    if tuple(u.shape) != (t, num_topk) or (t and u.stride(1) != 1):
+        raise ValueError(f"unmapped_topk_idx must be [{t}, {num_topk}] with inner stride 1, got shape "
+                         f"{tuple(u.shape)} strides {tuple(u.stride())}")
+    checks.same_device("unmapped_topk_idx", u, "logits", logits)
+
+
+def _physical_map(to_physical_map, logical_count, e, s, logits):
+    """The EPLB logical -> physical map: D (replica slots per expert), 1 without a map."""
+    if (to_physical_map is None) != (logical_count is None):
+        raise ValueError("to_physical_map and logical_count must be given together")
+    if to_physical_map is None:
+        return 1
+    checks.tensor("to_physical_map", to_physical_map, (torch.int32,), ndim=2)
+    checks.tensor("logical_count", logical_count, (torch.int32,), ndim=1)
+    if to_physical_map.shape[0] != e + s or not to_physical_map.is_contiguous() or to_physical_map.shape[1] < 1:
+        raise ValueError(f"to_physical_map must be a contiguous [E + S = {e + s}, D >= 1] int32 tensor, got shape "
+                         f"{tuple(to_physical_map.shape)}")
+    if tuple(logical_count.shape) != (e + s,) or logical_count.stride(0) != 1:
+        raise ValueError(f"logical_count must be a contiguous [{e + s}] int32 tensor, got shape "
+                         f"{tuple(logical_count.shape)}")
+    checks.same_device("to_physical_map", to_physical_map, "logits", logits)
+    checks.same_device("logical_count", logical_count, "logits", logits)
+    return to_physical_map.shape[1]
+
+
 def check(logits, bias, num_topk, num_topk_groups, num_groups, use_shared_as_routed, num_shared_experts,
           routed_scaling_factor, ep_rank, num_ep_ranks, tp_rank, num_tp_ranks, scoring_func, mask,
           fix_routing_mask, to_physical_map, logical_count, unmapped_topk_idx):
@@ -92,30 +122,11 @@ def check(logits, bias, num_topk, num_topk_groups, num_groups, use_shared_as_rou
         _token_mask("fix_routing_mask", fix_routing_mask, t, logits)
         if unmapped_topk_idx is None:
             raise ValueError("fix_routing_mask needs unmapped_topk_idx (the fixed rows' experts)")
-    if unmapped_topk_idx is not None:
-        checks.tensor("unmapped_topk_idx", unmapped_topk_idx, (torch.int64,), ndim=2)
-        if tuple(unmapped_topk_idx.shape) != (t, num_topk) or (t and unmapped_topk_idx.stride(1) != 1):
-            raise ValueError(f"unmapped_topk_idx must be [{t}, {num_topk}] with inner stride 1, got shape "
-                             f"{tuple(unmapped_topk_idx.shape)} strides {tuple(unmapped_topk_idx.stride())}")
-        checks.same_device("unmapped_topk_idx", unmapped_topk_idx, "logits", logits)
-    d = 1
-    if (to_physical_map is None) != (logical_count is None):
-        raise ValueError("to_physical_map and logical_count must be given together")
-    if to_physical_map is not None:
-        checks.tensor("to_physical_map", to_physical_map, (torch.int32,), ndim=2)
-        checks.tensor("logical_count", logical_count, (torch.int32,), ndim=1)
-        if to_physical_map.shape[0] != e + s or not to_physical_map.is_contiguous():
-            raise ValueError(f"to_physical_map must be a contiguous [E + S = {e + s}, D] int32 tensor, got shape "
-                             f"{tuple(to_physical_map.shape)}")
-        if tuple(logical_count.shape) != (e + s,) or logical_count.stride(0) != 1:
-            raise ValueError(f"logical_count must be a contiguous [{e + s}] int32 tensor, got shape "
-                             f"{tuple(logical_count.shape)}")
-        d = to_physical_map.shape[1]
-        if d < 1 or (s and d - 1 < s):
-            raise ValueError(f"to_physical_map.shape[1] - 1 (duplicate slots, {d - 1}) must be >= "
-                             f"num_shared_experts ({s})")
-        checks.same_device("to_physical_map", to_physical_map, "logits", logits)
-        checks.same_device("logical_count", logical_count, "logits", logits)
+    _unmapped_idx(unmapped_topk_idx, t, num_topk, logits)
+    d = _physical_map(to_physical_map, logical_count, e, s, logits)
+    if to_physical_map is not None and s and d - 1 < s:  # the shared experts' replicas need slots too
+        raise ValueError(f"to_physical_map.shape[1] - 1 (duplicate slots, {d - 1}) must be >= "
+                         f"num_shared_experts ({s})")
     if (e + d - 1) // num_ep_ranks < 1:
         raise ValueError(f"num_ep_ranks ({num_ep_ranks}) exceeds the expert count ({e + d - 1})")
     return t, e, s, d
