@@ -7,13 +7,11 @@ synchronization, so the error is raised by the next TileKiln routing call on
 that device, or at once by ``check_errors()`` (which synchronizes), or right
 after the launch when ``TILEKILN_SYNC_CHECKS=1`` / ``set_sync_checks(True)``.
 """
-import ctypes
-import threading
 
 import torch
 
 from tilekiln import config
-from tilekiln._runtime import _raw_stream, checks, launch, store
+from tilekiln._runtime import _raw_stream, checks, error_flags, launch, store
 
 OP = "topk_gate"
 PARAM_NAMES = ("experts_per_lane", "vector_loads")
@@ -25,8 +23,6 @@ class NonFiniteScoresError(FloatingPointError):
     """A routing kernel saw NaN or +-inf scores; its outputs for those rows are -1."""
 
 
-_flags = {}
-_flags_lock = threading.Lock()
 _sync_checks = checks.sync_checks  # one switch for every op family
 
 
@@ -36,18 +32,8 @@ def set_sync_checks(enabled: bool) -> None:
     _sync_checks[0] = enabled
 
 
-def _flag(device_index):
-    """(pinned int32[2] tensor, ctypes view) for a device: [0] = error set, [1] = token."""
-    f = _flags.get(device_index)
-    if f is None:
-        with _flags_lock:
-            f = _flags.get(device_index)
-            if f is None:
-                with torch.cuda.device(device_index):
-                    t = torch.zeros(2, dtype=torch.int32, pin_memory=True)
-                f = (t, (ctypes.c_int32 * 2).from_address(t.data_ptr()))
-                _flags[device_index] = f
-    return f
+# [0] = error set, [1] = an offending token
+_flag = error_flags.HostMappedWords(2)
 
 
 def _raise_pending(device_index):

@@ -8,12 +8,10 @@ either op on that device, or at once by ``tilekiln.quant.check_errors()`` (which
 or right after the launch with ``TILEKILN_SYNC_CHECKS=1`` / ``tilekiln.moe.set_sync_checks(True)``.
 The outputs of the offending blocks are unspecified.
 """
-import ctypes
-import threading
 
 import torch
 
-from tilekiln._runtime import checks, launch
+from tilekiln._runtime import checks, error_flags, launch
 from tilekiln.quant._per_token import _sf_storage
 from tilekiln.torch.quant_lossless import LosslessScaleError
 
@@ -24,22 +22,8 @@ ERR_SPREAD, ERR_NOT_POW2, ERR_WEIGHT_SF = 1, 2, 3
 BLOCK_ROWS = (1, 32, 128)
 BLOCK_COLS = (32, 128)
 
-_flags = {}
-_flags_lock = threading.Lock()
-
-
-def flag(device_index):
-    """(pinned int32[4] tensor, ctypes view) of a device: [code, where0, where1, 0]."""
-    f = _flags.get(device_index)
-    if f is None:
-        with _flags_lock:
-            f = _flags.get(device_index)
-            if f is None:
-                with torch.cuda.device(device_index):
-                    t = torch.zeros(4, dtype=torch.int32, pin_memory=True)
-                f = (t, (ctypes.c_int32 * 4).from_address(t.data_ptr()))
-                _flags[device_index] = f
-    return f
+# [code, where0, where1, 0] (codes ERR_*)
+flag = error_flags.HostMappedWords(4)
 
 
 def raise_pending(device_index):
