@@ -10,6 +10,9 @@ import torch
 if os.environ.get("TILEKILN_TEST_INSTALLED") != "1":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
+# Shared test helpers (tests/bitwise.py) import as top-level modules.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 HAS_GPU = torch.cuda.is_available()
 requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machine: GPU tests run on the H200 "
                                   "through scripts/gpu_verify.sh")

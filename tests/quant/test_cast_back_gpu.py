@@ -6,6 +6,7 @@ import tilekiln
 from tilekiln.torch import cast as ref_cast
 from tilekiln.torch import cast_back as ref_cast_back
 from tilekiln.torch import per_token_cast_and_cast_back_ref
+from bitwise import assert_bitwise as _assert_bitwise  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -16,14 +17,6 @@ SF_OPTIONS = {  # name -> cast kwargs producing that scale storage / layout
     "ue8m0": {"round_sf": True, "use_packed_ue8m0": True},
     "ue8m0-col": {"round_sf": True, "use_packed_ue8m0": True, "use_tma_aligned_col_major_sf": True},
 }
-
-
-def _assert_bitwise(actual, expected, what):
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
-    ints = torch.int16 if actual.element_size() == 2 else torch.int32
-    a, e = actual.contiguous().view(ints).cpu(), expected.contiguous().view(ints).cpu()
-    bad = (a != e).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} of {a.numel()} differ, first at {bad[0].tolist()}"
 
 
 def _input(t, h, dtype=torch.float32, stride=None):

@@ -11,24 +11,13 @@ import torch
 import tilekiln
 from tilekiln.quant import _cast
 from tilekiln.torch.stochastic import cast_dtype, stochastic_round
+from bitwise import assert_bitwise as _assert_bitwise  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 F32, BF16, E4M3 = torch.float32, torch.bfloat16, torch.float8_e4m3fn
 RNE_PAIRS = [(F32, BF16), (F32, E4M3), (BF16, E4M3), (BF16, F32), (E4M3, BF16), (E4M3, F32)]
 SR_PAIRS = [(F32, BF16), (F32, E4M3), (BF16, E4M3)]
-
-
-def _raw(t):
-    return t.contiguous().view(torch.uint8).cpu()
-
-
-def _assert_bitwise(actual, expected, what):
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
-        f"{what}: {actual.dtype}{tuple(actual.shape)} != {expected.dtype}{tuple(expected.shape)}"
-    a, e = _raw(actual), _raw(expected)
-    bad = (a != e).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} of {a.numel()} bytes differ, first at byte {bad[0].item()}"
 
 
 def _input(shape, dtype):

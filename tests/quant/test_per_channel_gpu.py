@@ -4,25 +4,19 @@ import torch
 
 import tilekiln
 from tilekiln.torch import cast as ref_cast
+from bitwise import assert_bitwise  # noqa: E402
+
+
+def _assert_bitwise(actual, expected, what):
+    assert_bitwise(actual, expected, what)
+    # row-major both (a size-1 dim may carry any stride)
+    assert all(a == e for a, e, n in zip(actual.stride(), expected.stride(), actual.shape) if n > 1), \
+        f"{what}: strides {actual.stride()} != {expected.stride()}"
+
 
 pytestmark = pytest.mark.gpu
 
 OPTIONS = {"fp32": (False, False), "fp32-round": (True, False), "ue8m0": (True, True)}  # (round_sf, packed)
-
-
-def _raw(t):
-    return t.contiguous().view(torch.uint8).cpu()
-
-
-def _assert_bitwise(actual, expected, what):
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
-        f"{what}: {actual.dtype}{tuple(actual.shape)} != {expected.dtype}{tuple(expected.shape)}"
-    # row-major both (a size-1 dim may carry any stride)
-    assert all(a == e for a, e, n in zip(actual.stride(), expected.stride(), actual.shape) if n > 1), \
-        f"{what}: strides {actual.stride()} != {expected.stride()}"
-    a, e = _raw(actual), _raw(expected)
-    bad = (a != e).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} of {a.numel()} bytes differ, first at byte {bad[0].item()}"
 
 
 def _input(t, h, dtype):

@@ -11,25 +11,19 @@ from tilekiln.torch.quant_v1 import (
     per_channel_cast_and_transpose_ref,
     swiglu_forward_and_per_channel_cast_and_transpose_ref,
 )
+from bitwise import assert_bitwise  # noqa: E402
+
+
+def _assert_bitwise(actual, expected, what):
+    assert_bitwise(actual, expected, what)
+    assert actual.is_contiguous(), f"{what}: not contiguous, strides {actual.stride()}"
+
 
 pytestmark = pytest.mark.gpu
 
 TOKENS = [128, 4096, 8064]
 HIDDEN = [64, 576, 2048, 7168]  # 64 / 576: a partial 256-column CTA tile
 INTER = [64, 192, 1024, 2048]  # I; x is [T, 2I], 2I % 128 == 0
-
-
-def _raw(t):
-    return t.contiguous().view(torch.uint8).cpu()
-
-
-def _assert_bitwise(actual, expected, what):
-    assert actual.dtype == expected.dtype and tuple(actual.shape) == tuple(expected.shape), \
-        f"{what}: {actual.dtype}{tuple(actual.shape)} != {expected.dtype}{tuple(expected.shape)}"
-    assert actual.is_contiguous(), f"{what}: not contiguous, strides {actual.stride()}"
-    a, e = _raw(actual), _raw(expected)
-    bad = (a != e).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} of {a.numel()} bytes differ, first at byte {bad[0].item()}"
 
 
 def _input(t, h):

@@ -4,6 +4,7 @@ import torch
 
 import tilekiln
 from tilekiln.torch import cast as ref_cast
+from bitwise import assert_bitwise as _assert_bitwise  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -15,18 +16,6 @@ SCALE_OPTIONS = {  # name -> (round_sf, use_packed_ue8m0, use_e4m3_sf, col_major
     "ue8m0-col": (True, True, False, True),
     "e4m3sf": (False, False, True, False),
 }
-
-
-def _bytes(t):
-    return t.contiguous().view(torch.uint8) if t.element_size() == 1 else t.contiguous().view(torch.int32)
-
-
-def _assert_bitwise(actual, expected, what):
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    a, e = _bytes(actual).cpu(), _bytes(expected).cpu()
-    bad = (a != e).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} of {a.numel()} differ, first at {bad[0].tolist()}"
 
 
 def _input(t, h, dtype, stride=None):

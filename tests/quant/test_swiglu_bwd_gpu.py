@@ -12,6 +12,7 @@ import tilekiln
 from tilekiln.torch import cast as ref_cast
 from tilekiln.torch import get_mapping_from_psum
 from tilekiln.torch import swiglu_backward as ref_backward
+from bitwise import assert_bitwise as _assert_bitwise, raw_bytes as _bytes  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -30,19 +31,6 @@ MODES = [("none", False), ("none", True), ("w", False), ("w-rsf", True)]  # (wei
 def _restore_alignment():
     yield
     tilekiln.set_token_alignment(128)
-
-
-def _bytes(t):
-    t = t.contiguous()
-    return t.view(torch.uint8) if t.element_size() == 1 else t.view(torch.int16 if t.element_size() == 2 else torch.int32)
-
-
-def _assert_bitwise(actual, expected, what):
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
-        f"{what}: {actual.dtype} {tuple(actual.shape)} != {expected.dtype} {tuple(expected.shape)}"
-    a, e = _bytes(actual).cpu(), _bytes(expected).cpu()
-    bad = (a != e).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} of {a.numel()} differ, first at {bad[0].tolist()}"
 
 
 def _layout(counts, alignment):

@@ -12,6 +12,7 @@ import tilekiln
 from tilekiln.torch import cast as ref_cast
 from tilekiln.torch import get_mapping_from_psum
 from tilekiln.torch import swiglu_forward as ref_swiglu
+from bitwise import assert_bitwise as _assert_bitwise  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -28,18 +29,6 @@ SCALE_OPTIONS = {  # name -> (round_sf, use_packed_ue8m0, col_major)
 def _restore_alignment():
     yield
     tilekiln.set_token_alignment(128)
-
-
-def _bytes(t):
-    return t.contiguous().view(torch.uint8) if t.element_size() == 1 else t.contiguous().view(torch.int32)
-
-
-def _assert_bitwise(actual, expected, what):
-    assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
-        f"{what}: {actual.dtype} {tuple(actual.shape)} != {expected.dtype} {tuple(expected.shape)}"
-    a, e = _bytes(actual).cpu(), _bytes(expected).cpu()
-    bad = (a != e).nonzero()
-    assert bad.numel() == 0, f"{what}: {bad.shape[0]} of {a.numel()} differ, first at {bad[0].tolist()}"
 
 
 def _input(n, hidden, dtype):

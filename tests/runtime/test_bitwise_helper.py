@@ -1,0 +1,17 @@
+"""The GPU tests' bit-exact comparison (tests/bitwise.py) catches a single flipped bit and a dtype change."""
+import pytest
+import torch
+from bitwise import assert_bitwise
+
+
+def test_assert_bitwise_is_strict():
+    a = torch.randn(4, 8).to(torch.float8_e4m3fn)
+    assert_bitwise(a, a.clone(), "same")
+    flipped = a.clone().view(torch.uint8)
+    flipped[2, 3] ^= 1
+    with pytest.raises(AssertionError, match="1 of 32 bytes differ, first at byte 19"):
+        assert_bitwise(a, flipped.view(torch.float8_e4m3fn), "x")
+    with pytest.raises(AssertionError, match="float32"):
+        assert_bitwise(a, a.float(), "x")
+    with pytest.raises(AssertionError, match=r"\(4, 8\) != .*\(8, 4\)"):
+        assert_bitwise(a, a.t().contiguous(), "x")
