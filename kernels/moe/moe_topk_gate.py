@@ -19,25 +19,26 @@ score b = s + bias (image_bias for image tokens; no bias: b = s).
 Non-finite logits of a routed row do not trap: the row becomes -1 / 0 and the token goes to ``err``
 (host-mapped), as in topk_gate. Every option is a runtime flag; the only compile-time parameter is EPL.
 """
+from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits are this op's own too)
+    EPS,
+    MAX_EXPERTS_PER_LANE,
+    PASS_CONFIGS,
+    PHYSICAL_HASH,
+    WARPS_PER_CTA,
+    experts_per_lane_problem,
+    order_key,
+)
+
 OP = "moe_topk_gate"
 PARAM_NAMES = ("experts_per_lane",)
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
-WARPS_PER_CTA = 4
-MAX_EXPERTS_PER_LANE = 16
-PHYSICAL_HASH = 23333
-EPS = 1e-20
 # flags
 MASK, FIX, MAP, UNMAPPED, VEC4, BIAS, IMAGE, RANDOM, SCORES = 1, 2, 4, 8, 16, 32, 64, 128, 256
 
 
 def invalid_reason(p):
-    epl = p["experts_per_lane"]
-    if not (isinstance(epl, int) and 1 <= epl <= MAX_EXPERTS_PER_LANE):
-        return f"experts_per_lane must be in 1..{MAX_EXPERTS_PER_LANE}"
+    problem = experts_per_lane_problem(p)
+    if problem:
+        return problem
     return None
 
 
@@ -52,9 +53,6 @@ def build(p, arch):
     logits_numel, e_numel, t_numel, map_numel, cnt_numel, un_numel, out_numel = T.dynamic(
         "logits_numel, e_numel, t_numel, map_numel, cnt_numel, un_numel, out_numel")
 
-    def order_key(x):
-        bits = T.reinterpret("int32", T.call_extern("float32", "__fadd_rn", x, T.float32(0)))
-        return T.bitwise_xor(bits, T.bitwise_and(T.shift_right(bits, 31), T.int32(0x7FFFFFFF)))
 
     def has(flags, bit):
         return T.bitwise_and(flags, bit) != 0

@@ -42,24 +42,25 @@ flags (uniform branches), so the only compile-time parameter is EPL = ceil(E / 3
 Non-finite logits or bias of an active token do not trap: the row's indices become
 -1 and the token is recorded in ``err`` (host-mapped memory), as in topk_gate.
 """
+from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits are this op's own too)
+    EPS,
+    MAX_EXPERTS_PER_LANE,
+    PASS_CONFIGS,
+    PHYSICAL_HASH,
+    WARPS_PER_CTA,
+    experts_per_lane_problem,
+    order_key,
+)
+
 OP = "top2_sum_gate"
 PARAM_NAMES = ("experts_per_lane",)
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
-WARPS_PER_CTA = 4
-MAX_EXPERTS_PER_LANE = 16
 COMPACT_EPL = 8  # the experts-per-lane value that gets the kept-group compaction
-PHYSICAL_HASH = 23333
-EPS = 1e-20
 
 
 def invalid_reason(p):
-    epl = p["experts_per_lane"]
-    if not (isinstance(epl, int) and 1 <= epl <= MAX_EXPERTS_PER_LANE):
-        return f"experts_per_lane must be in 1..{MAX_EXPERTS_PER_LANE}"
+    problem = experts_per_lane_problem(p)
+    if problem:
+        return problem
     return None
 
 
@@ -73,10 +74,6 @@ def build(p, arch):
     logits_numel, e_numel, t_numel, map_numel, cnt_numel, un_numel, out_numel = T.dynamic(
         "logits_numel, e_numel, t_numel, map_numel, cnt_numel, un_numel, out_numel")
 
-    def order_key(x):
-        # Signed int order == float order; __fadd_rn(x, 0) folds -0.0 into +0.0 so keys tie like floats.
-        bits = T.reinterpret("int32", T.call_extern("float32", "__fadd_rn", x, T.float32(0)))
-        return T.bitwise_xor(bits, T.bitwise_and(T.shift_right(bits, 31), T.int32(0x7FFFFFFF)))
 
     @T.prim_func
     def top2_sum_gate(

@@ -21,22 +21,23 @@ Non-finite scores do not trap (a device assert would kill the CUDA context):
 the row's indices become -1 and the token is recorded in ``err`` (host-mapped
 memory) for the Python side to raise on.
 """
+from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits are this op's own too)
+    MAX_EXPERTS_PER_LANE,
+    PASS_CONFIGS,
+    WARPS_PER_CTA,
+    experts_per_lane_problem,
+    order_key,
+)
+
 OP = "topk_gate"
 PARAM_NAMES = ("experts_per_lane", "vector_loads")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
-WARPS_PER_CTA = 4
-MAX_EXPERTS_PER_LANE = 16
 
 
 def invalid_reason(p):
-    epl = p["experts_per_lane"]
-    if not (isinstance(epl, int) and 1 <= epl <= MAX_EXPERTS_PER_LANE):
-        return f"experts_per_lane must be in 1..{MAX_EXPERTS_PER_LANE}"
-    if p["vector_loads"] and epl % 4:
+    problem = experts_per_lane_problem(p)
+    if problem:
+        return problem
+    if p["vector_loads"] and p["experts_per_lane"] % 4:
         return "vector_loads needs experts_per_lane % 4 == 0"
     return None
 
@@ -52,11 +53,6 @@ def build(p, arch):
     no_expert = 1 << 20  # larger than any expert index: loses every redux.min
     scores_numel, idx_numel = T.dynamic("scores_numel, idx_numel")
 
-    def order_key(x):
-        # Flip the magnitude bits of negatives so that signed int order equals float order;
-        # __fadd_rn(x, 0) turns -0.0 into +0.0 (and is not folded away like x + 0.0).
-        bits = T.reinterpret("int32", T.call_extern("float32", "__fadd_rn", x, T.float32(0)))
-        return T.bitwise_xor(bits, T.bitwise_and(T.shift_right(bits, 31), T.int32(0x7FFFFFFF)))
 
     def small_int(xf):
         # float holding a small non-negative integer -> int32, without the quarter-rate cvt

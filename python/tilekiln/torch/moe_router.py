@@ -11,12 +11,11 @@ CUDA formulas, which the kernel reproduces (expf, log1pf, sqrtf, IEEE division).
 """
 import torch
 
-from .moe import _NORMALIZE_EPS, _mask_indices_by_tp, _warp_butterfly_sum
+from .moe import _NORMALIZE_EPS, _PHYSICAL_HASH, _mask_indices_by_tp, _warp_butterfly_sum
 
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _U32 = 0xFFFFFFFF
-_PHYSICAL_HASH = 23333
 _WARP = 32
 _INT_MAX = 2**31 - 1
 

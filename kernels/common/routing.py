@@ -1,0 +1,31 @@
+"""What the warp-per-token routing kernels share (topk_gate, top2_sum_gate, moe_topk_gate).
+
+Lane L of a token's warp holds experts [L*EPL, L*EPL + EPL), EPL = ceil(E / 32) being the only
+compile-time parameter; selection is K rounds of redux.max over ``order_key`` of the lanes' heads.
+"""
+PASS_CONFIGS = {
+    "tl.disable_tma_lower": True,
+    "tl.disable_warp_specialized": True,
+    "tl.disable_safe_memory_legalize": True,
+}
+WARPS_PER_CTA = 4
+MAX_EXPERTS_PER_LANE = 16
+PHYSICAL_HASH = 23333  # EPLB replica choice: (ep_rank + token * 23333) % logical_count[e]
+EPS = 1e-20  # added to the weight normalization sum
+
+
+def experts_per_lane_problem(p):
+    """Why ``p["experts_per_lane"]`` cannot be built, or None."""
+    epl = p["experts_per_lane"]
+    if not (isinstance(epl, int) and 1 <= epl <= MAX_EXPERTS_PER_LANE):
+        return f"experts_per_lane must be in 1..{MAX_EXPERTS_PER_LANE}"
+    return None
+
+
+def order_key(x):
+    """int32 key whose signed order is x's float order (for redux.max): the magnitude bits of negatives
+    are flipped; __fadd_rn(x, 0) turns -0.0 into +0.0 (and is not folded away like x + 0.0)."""
+    import tilelang.language as T  # build time only; importing the kernel modules needs no tilelang
+
+    bits = T.reinterpret("int32", T.call_extern("float32", "__fadd_rn", x, T.float32(0)))
+    return T.bitwise_xor(bits, T.bitwise_and(T.shift_right(bits, 31), T.int32(0x7FFFFFFF)))
