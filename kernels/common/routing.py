@@ -3,11 +3,8 @@
 Lane L of a token's warp holds experts [L*EPL, L*EPL + EPL), EPL = ceil(E / 32) being the only
 compile-time parameter; selection is K rounds of redux.max over ``order_key`` of the lanes' heads.
 """
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401  (re-exported to the routers)
+
 WARPS_PER_CTA = 4
 MAX_EXPERTS_PER_LANE = 16
 PHYSICAL_HASH = 23333  # EPLB replica choice: (ep_rank + token * 23333) % logical_count[e]

@@ -10,13 +10,11 @@ of PAD_ROWS slots each, data and scales, so the output is fully defined.
 
 Compile-time: vec_bytes. Runtime: sizes, strides, K, whether scales are copied.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "expand_to_fused"
 PARAM_NAMES = ("vec_bytes",)
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 VEC_CHOICES = (16, 4, 1)
 THREADS = 128
 MAXC = 8  # units per thread and segment: 16 KB of a 16-byte-unit row per CTA in flight

@@ -10,13 +10,11 @@ and the final + 1e-20 makes a +-0 sum the same denominator.
 
 No compile-time specialization is needed (``threads`` only names the CTA size).
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "normalize_weight"
 PARAM_NAMES = ("threads",)
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 EPS = 1e-20
 
 

@@ -9,13 +9,11 @@ One CTA per token; thread tx holds the 16-byte chunks ``c = j * 128 + tx`` of a 
 
 Compile-time: (in_dtype, out_dtype). Runtime: sizes, K, whether weights / x_sf / sf exist.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "reduce_fused"
 PARAM_NAMES = ("in_dtype", "out_dtype")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 PAIRS = (("bfloat16", "bfloat16"), ("float32", "float32"), ("bfloat16", "float8_e4m3fn"),
          ("float32", "float8_e4m3fn"), ("float8_e4m3fn", "float8_e4m3fn"))
 BYTES = {"bfloat16": 2, "float32": 4, "float8_e4m3fn": 1}

@@ -19,13 +19,11 @@ Every size is a runtime argument, so one cubin serves every (T, G, E/G, k) and t
 compile-time parameter names the CTA size. Non-finite scores are not checked (the order
 among NaNs is unspecified, as in the reference).
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "topk_sum_and_topk_group_idx"
 PARAM_NAMES = ("threads",)
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 MAX_GROUPS = 32
 
 

@@ -20,14 +20,11 @@ Numerics (bit-exact with ``tilekiln.torch.stochastic.cast_dtype``):
     the canonical NaN 0x7FFFFFFF.
 No shared memory, no block barrier.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "cast"
 PARAM_NAMES = ("in_dtype", "out_dtype", "stochastic_rounding")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    # Our own guards cover every access; the automatic ones split the vector loads.
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 THREADS = 256
 UNROLL = 4

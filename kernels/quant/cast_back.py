@@ -16,13 +16,11 @@ Thread mapping: one thread = 16 elements (one 16-byte FP8 load, or 8 bytes of FP
 of ROWS consecutive rows; warps are stacked along rows, a CTA covers WARPS*ROWS rows
 x 512 channels. No shared memory.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "cast_back"
 PARAM_NAMES = ("fmt", "out_dtype", "per_channel")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 VEC = 16  # elements per thread and row
 ROWS = 4  # rows per thread (per-channel blocks need gm % ROWS == 0)

@@ -15,13 +15,11 @@ amax is reduced by xor shuffles, then across the CTA's warps through a 4-float s
 decode: element-wise; a thread decodes GROUPS_PER_THREAD groups (12-byte loads as three words,
 16-byte vector stores of bf16, two of fp32). No shared memory.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "e5m6"
 PARAM_NAMES = ("direction", "dtype")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 FMT_MAX = 65024.0
 THREADS = 128

@@ -26,13 +26,11 @@ one IEEE-rounded fp32 operation (__fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, no 
 Compile-time: stage, x dtype (main) / weight_grad dtype (reduce). Runtime: sizes,
 strides, P, out_scale, weight / residual_out_grad on-off and whether to accumulate.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "norm_backward"
 PARAM_NAMES = ("stage", "dtype")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 STAGES = ("main", "reduce")
 DTYPES = ("bfloat16", "float32")

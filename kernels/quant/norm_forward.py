@@ -28,13 +28,11 @@ Runtime: token and batch counts, hidden size, every stride, residual / weight / 
 out_bf16 on-off, eps, out_scale, round_sf and the amax floor. eps and out_scale are kernel
 arguments (the peer bakes them), so one cubin serves every model.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "norm_forward"
 PARAM_NAMES = ("x_dtype", "out_kind")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 # Round two fp32 values to bf16 with one packed convert (F2FP) and return the pair's bits,
 # so they can be widened back with one shift / mask each.

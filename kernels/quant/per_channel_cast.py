@@ -24,14 +24,11 @@ The hidden size is passed as H / 128 so that every row offset is provably a mult
 VEC: with a plain H, TileLang could not vectorize and issued 2-byte loads and 1-byte
 stores (L1-bound, 44%).
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "per_channel_cast"
 PARAM_NAMES = ("in_dtype", "num_per_tokens", "sf_kind")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    # Our own guards cover every access; the automatic ones split the vector loads.
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 WARPS = 8
 GROUP = 4  # rows per thread held in registers at a time (loads in flight)

@@ -19,13 +19,11 @@ row pitch of gm + 4 bytes, so the 32 lanes of a byte store hit 32 different bank
 one barrier every thread copies 16-byte runs of a column (gm contiguous output bytes) to
 out[c, t] with 16-byte global stores.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "per_channel_transpose"
 PARAM_NAMES = ("prologue", "num_per_tokens", "transpose")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 WARPS = 8
 VEC = 8  # bf16 per 16-byte load

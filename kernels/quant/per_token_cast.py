@@ -19,15 +19,12 @@ Thread mapping: a warp covers 32*VEC consecutive channels of R rows, VEC being
 one 16-byte load. The lanes of a scale block (g/VEC of them, aligned) reduce
 their amax with xor shuffles; no shared memory, no block barrier.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "per_token_cast"
 PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic")
 PARAM_DEFAULTS = {"stochastic": False}
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    # Our own guards cover every access; the automatic ones split the vector loads.
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 WARPS_PER_CTA = 4
 ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuning knob)

@@ -30,13 +30,11 @@ Compile-time: x dtype, act_x_grad dtype, output format, channels per scale block
 scale storage. Runtime: N, I, strides, psum/expert count/alignment, weights and rsf,
 clamp on/off and value, recompute, round_sf, amax floor.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "swiglu_backward"
 PARAM_NAMES = ("x_dtype", "grad_dtype", "fmt", "num_per_channels", "sf_kind")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 WARPS_PER_CTA = 4
 VEC = 16  # columns per lane per chunk

@@ -23,13 +23,11 @@ scale block reduce the amax with xor shuffles. Clamp counts are reduced per
 warp and added with one int64 atomic per nonzero counter (integers: exact and
 order-independent); counts[3] (valid rows x I) is computed once from psum.
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "swiglu_forward"
 PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "rows")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 WARPS_PER_CTA = 4
 ROW_CHOICES = (2, 4, 8)

@@ -21,13 +21,11 @@ A scale that is not +0.0 or a positive power of two (bits & 0x807FFFFF != 0; the
 device-asserts) records (3, weight, flat index) in ``err`` (host-mapped memory) for the
 Python side to raise; its byte is then the fp32 exponent field (unspecified).
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "transpose_weight_sf"
 PARAM_NAMES = ("sf_dtype",)
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 
 THREADS = 256
 ROWS_PER_TASK = 16

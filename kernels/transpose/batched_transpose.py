@@ -28,13 +28,11 @@ Compile-time: element width, the load width and vectors per thread. Runtime:
 batch count, M, N, the input's row and batch strides (one cubin serves every
 shape) and the tile order (``m_fast``: consecutive CTAs walk M instead of N).
 """
+from kernels.common.passes import THREAD_LEVEL
+
 OP = "batched_transpose"
 PARAM_NAMES = ("elem_bytes", "wide_loads", "vectors_per_thread")
-PASS_CONFIGS = {
-    "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-}
+PASS_CONFIGS = THREAD_LEVEL
 TILE = 64
 # 16-byte vectors per thread, the H200-measured choice per element width; it must match
 # python/tilekiln/transpose/_transpose.py:VECTORS (the measurements are there). Only these
