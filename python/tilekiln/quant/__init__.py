@@ -266,3 +266,8 @@ from tilekiln.quant._weight_sf import batched_transpose_weight_sf  # noqa: E402
 from tilekiln.torch.quant_lossless import LosslessScaleError  # noqa: E402
 
 __all__ += ["per_block_cast_lossless", "batched_transpose_weight_sf", "LosslessScaleError", "check_errors"]
+
+# v1-only per_channel_cast_fused (kernels/quant/per_channel_cast.py, "tail"/"gather" row modes).
+from tilekiln.quant._per_channel import per_channel_cast_fused  # noqa: E402
+
+__all__ += ["per_channel_cast_fused"]
