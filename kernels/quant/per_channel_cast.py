@@ -1,12 +1,24 @@
-"""per_channel_cast: column-wise (gm x 1 block) quantization bf16/fp32 -> e4m3 (OPERATORS.md §3.2).
+"""per_channel_cast: column-wise (gm x 1 block) quantization bf16/fp32/e4m3 -> e4m3 (OPERATORS.md §3.2).
 
 One scale per column and gm-token block: sf[tb, c] from the amax of x[tb*gm:(tb+1)*gm, c],
 with the §2.1 rules (fp32 amax/448 or round_sf power of two; UE8M0 bytes packed four
 per int32 along M, "col pack": byte i of word [r, c] is token block 4r+i).
 
-Compile-time: input dtype, gm (32 or 128), scale storage (fp32 or packed UE8M0).
-Runtime: hidden size / 128, round_sf (fp32 scales), the amax floor. The token count is the
-grid's y extent (T / gm blocks); the host guarantees T % 128 == 0 and H % 128 == 0.
+Compile-time: input dtype, gm (32 or 128), scale storage (fp32 or packed UE8M0), the input's
+channel block g (e4m3 input only: 32 or 128; 0 for bf16/fp32) and the row mode:
+  * "full": T % gm == 0, no row guard (2.1 per_channel_cast);
+  * "tail": rows >= num_rows are outside x (a partial last token block; they count as absent
+    from the amax and are not stored) -- v1 per_channel_cast_fused without pos_to_token;
+  * "gather": output row n reads x row pos_to_token[n]; -1 marks a padding row, quantized as an
+    all-zero row (its data is 0 and it cannot raise its block's amax), rows >= num_rows absent.
+Pre-quantized e4m3 input (with fp32 scales x_sf[t, c // g] at runtime strides, so row-major,
+column-major and token-sliced column-major all work): the amax is taken over data * x_sf and
+the data is scaled by the one product x_sf * sf_inv (OPERATORS.md §2.1), as tilekiln.torch.cast
+does. Since the g >= 16 channels of a thread share one x_sf, max|d * s| = max|d| * s (rounding is
+monotonic for s >= 0), so the amax pass multiplies once per row.
+Runtime: hidden size / 128, round_sf (fp32 scales), the amax floor, num_rows and the x_sf
+strides. The token count is the grid's y extent (ceil(rows / gm) blocks); the host guarantees
+H % 128 == 0 (and T % 128 == 0 in "full" mode).
 
 Thread mapping: a CTA covers one token block (gm rows) and 32*VEC columns, VEC being one
 16-byte load (8 bf16 / 4 fp32). Its 8 warps split the gm rows (gm/8 each) and every warp
@@ -27,16 +39,20 @@ stores (L1-bound, 44%).
 from kernels.common.passes import THREAD_LEVEL
 
 OP = "per_channel_cast"
-PARAM_NAMES = ("in_dtype", "num_per_tokens", "sf_kind")
+PARAM_NAMES = ("in_dtype", "num_per_tokens", "sf_kind", "in_block", "rows")
+# Added for FP8 input and v1 per_channel_cast_fused; older manifests get the 2.1 bf16/fp32 kernel.
+PARAM_DEFAULTS = {"in_block": 0, "rows": "full"}
 PASS_CONFIGS = THREAD_LEVEL
 
 WARPS = 8
 GROUP = 4  # rows per thread held in registers at a time (loads in flight)
 MIN_BLOCKS = 3  # CTAs per SM: one CTA's loads overlap another's barrier and stores
 FMT_MAX = 448.0
-IN_DTYPES = ("bfloat16", "float32")
+IN_DTYPES = ("bfloat16", "float32", "float8_e4m3fn")
 SF_KINDS = ("fp32", "ue8m0")
 TOKEN_BLOCKS = (32, 128)
+IN_BLOCKS = (32, 128)  # channels per input scale (e4m3 input)
+ROW_MODES = ("full", "tail", "gather")
 
 
 def invalid_reason(p):
@@ -47,11 +63,18 @@ def invalid_reason(p):
         return f"num_per_tokens must be one of {TOKEN_BLOCKS}"
     if p["sf_kind"] not in SF_KINDS:
         return f"sf_kind must be one of {SF_KINDS}"
+    if p["rows"] not in ROW_MODES:
+        return f"rows must be one of {ROW_MODES}"
+    if p["in_dtype"] == "float8_e4m3fn":
+        if p["in_block"] not in IN_BLOCKS:
+            return f"in_block must be one of {IN_BLOCKS} for e4m3 input"
+    elif p["in_block"] != 0:
+        return "in_block must be 0 for bf16/fp32 input"
     return None
 
 
 def vec_of(in_dtype):
-    return 8 if in_dtype == "bfloat16" else 4
+    return {"bfloat16": 8, "float32": 4, "float8_e4m3fn": 16}[in_dtype]  # one 16-byte load
 
 
 def build(p, arch):
@@ -62,13 +85,29 @@ def build(p, arch):
 
     del arch
     in_dtype, gm, sf_kind = p["in_dtype"], p["num_per_tokens"], p["sf_kind"]
+    g_in, mode = p["in_block"], p["rows"]
+    quantized_in = in_dtype == "float8_e4m3fn"
     vec = vec_of(in_dtype)
     rows = gm // WARPS  # rows per thread
     group = min(GROUP, rows)
     groups = rows // group
     cols = 32 * vec  # columns per CTA
     sf_storage = "float32" if sf_kind == "fp32" else "uint8"
+    def source_row(row, num_rows, pos_to_token):
+        """x row read by output row ``row`` (-1: padding); the pos read stays inside [0, N)."""
+        if mode == "gather":
+            return T.if_then_else(row < num_rows, pos_to_token[T.min(row, num_rows - 1)], -1)
+        return row
+
+    def in_scale(x_sf, src, col, stride_t, stride_k):
+        # The thread's vec (16) channels lie in one g-channel block (g % 16 == 0, col % 16 == 0).
+        return x_sf[T.Cast("int64", src) * stride_t + (col // g_in) * stride_k]
+
+    def row_in(row, num_rows):
+        return True if mode == "full" else row < num_rows
+
     x_numel, out_numel, sf_numel = T.dynamic("x_numel, out_numel, sf_numel")
+    x_sf_numel, pos_numel = T.dynamic("x_sf_numel, pos_numel")
 
     @T.prim_func
     def per_channel_cast(
@@ -79,9 +118,15 @@ def build(p, arch):
         hidden_div128: T.int32,  # H / 128: makes every row offset provably a multiple of VEC (vector access)
         round_sf: T.int32,
         clamp_min: T.float32,
+        x_sf: T.Tensor((x_sf_numel,), "float32"),  # e4m3 input: x_sf[t * x_sf_stride_t + (c // g) * x_sf_stride_k]
+        x_sf_stride_t: T.int32,
+        x_sf_stride_k: T.int32,
+        pos_to_token: T.Tensor((pos_numel,), "int32"),  # "gather": source row of each output row, -1 = padding
+        num_rows: T.int32,  # "tail"/"gather": output rows (T or N); ignored in "full" mode
     ):
         with T.Kernel(T.ceildiv(hidden_div128 * 128, cols), num_token_blocks, threads=32 * WARPS) as (bx, tb):
-            T.annotate_min_blocks_per_sm(MIN_BLOCKS)
+            # The row guards/gather need a few more registers: 3 CTAs/SM (80 regs) spilled there.
+            T.annotate_min_blocks_per_sm(MIN_BLOCKS if mode == "full" else 2)
             tx = T.get_thread_binding()
             hidden = hidden_div128 * 128
             lane = tx % 32
@@ -93,6 +138,9 @@ def build(p, arch):
             inv = T.alloc_local((vec,), "float32")
             sfv = T.alloc_local((vec,), "float32")
             ql = T.alloc_local((vec,), "float8_e4m3fn")
+            xs = T.alloc_local((group,), "float32")  # input scale of each held row (e4m3 input)
+            rmax = T.alloc_local((1,), "float32")
+            mult = T.alloc_local((vec,), "float32")
             part = T.alloc_shared((WARPS, cols), "float32")
 
             T.pdl_sync()
@@ -101,12 +149,36 @@ def build(p, arch):
             for grp in T.unroll(groups):
                 for r in T.unroll(group):
                     row = tb * gm + warp * rows + grp * group + r
-                    if col_ok:
-                        for i in T.vectorized(vec):
-                            xr[r, i] = x[T.Cast("int64", row) * hidden + col + i]
+                    # The x row of output row `row` into xr[r] (its scale into xs[r]); zeros for padding
+                    # (-1) or absent rows, so they neither raise the amax nor store non-zero data.
+                    if mode == "full":
+                        if col_ok:
+                            for i in T.vectorized(vec):
+                                xr[r, i] = x[T.Cast("int64", row) * hidden + col + i]
+                            if quantized_in:
+                                xs[r] = in_scale(x_sf, row, col, x_sf_stride_t, x_sf_stride_k)
+                    else:
+                        src = source_row(row, num_rows, pos_to_token)
+                        if col_ok and row < num_rows and src >= 0:
+                            for i in T.vectorized(vec):
+                                xr[r, i] = x[T.Cast("int64", src) * hidden + col + i]
+                            if quantized_in:
+                                xs[r] = in_scale(x_sf, src, col, x_sf_stride_t, x_sf_stride_k)
+                        else:
+                            for i in T.unroll(vec):
+                                xr[r, i] = T.Cast(in_dtype, 0)
+                            if quantized_in:
+                                xs[r] = T.float32(0)
                 for r in T.unroll(group):
-                    for i in T.unroll(vec):  # fmaxf: a NaN element does not raise the amax
-                        amax[i] = T.max(amax[i], T.abs(T.Cast("float32", xr[r, i])))
+                    if quantized_in:  # max|d * s| = max|d| * s: one product per row
+                        rmax[0] = T.float32(0)
+                        for i in T.unroll(vec):
+                            rmax[0] = T.max(rmax[0], T.abs(T.Cast("float32", xr[r, i])))
+                        for i in T.unroll(vec):
+                            amax[i] = T.max(amax[i], rmax[0] * xs[r])
+                    else:
+                        for i in T.unroll(vec):  # fmaxf: a NaN element does not raise the amax
+                            amax[i] = T.max(amax[i], T.abs(T.Cast("float32", xr[r, i])))
             for i in T.vectorized(vec):
                 part[warp, lane * vec + i] = amax[i]
             T.sync_threads()
@@ -140,12 +212,36 @@ def build(p, arch):
             for grp in T.unroll(groups):
                 for r in T.unroll(group):
                     row = tb * gm + warp * rows + grp * group + r
-                    if col_ok:
-                        if groups > 1:  # one group stays in registers; more are read again (L2 hits)
+                    if groups > 1:  # one group stays in registers; more are read again (L2 hits)
+                        # The x row of output row `row` into xr[r] (its scale into xs[r]); zeros for padding
+                        # (-1) or absent rows, so they neither raise the amax nor store non-zero data.
+                        if mode == "full":
+                            if col_ok:
+                                for i in T.vectorized(vec):
+                                    xr[r, i] = x[T.Cast("int64", row) * hidden + col + i]
+                                if quantized_in:
+                                    xs[r] = in_scale(x_sf, row, col, x_sf_stride_t, x_sf_stride_k)
+                        else:
+                            src = source_row(row, num_rows, pos_to_token)
+                            if col_ok and row < num_rows and src >= 0:
+                                for i in T.vectorized(vec):
+                                    xr[r, i] = x[T.Cast("int64", src) * hidden + col + i]
+                                if quantized_in:
+                                    xs[r] = in_scale(x_sf, src, col, x_sf_stride_t, x_sf_stride_k)
+                            else:
+                                for i in T.unroll(vec):
+                                    xr[r, i] = T.Cast(in_dtype, 0)
+                                if quantized_in:
+                                    xs[r] = T.float32(0)
+                    if col_ok and row_in(row, num_rows):
+                        if quantized_in:  # one multiplier per element: x_sf * sf_inv (OPERATORS.md §2.1)
+                            for i in T.unroll(vec):
+                                mult[i] = xs[r] * inv[i]
                             for i in T.vectorized(vec):
-                                xr[r, i] = x[T.Cast("int64", row) * hidden + col + i]
-                        for i in T.vectorized(vec):  # saturating cvt: |x * inv| <= 448 up to rounding
-                            ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * inv[i])
+                                ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * mult[i])
+                        else:
+                            for i in T.vectorized(vec):  # saturating cvt: |x * inv| <= 448 up to rounding
+                                ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * inv[i])
                         for i in T.vectorized(vec):
                             out[T.Cast("int64", row) * hidden + col + i] = ql[i]
             T.pdl_trigger()

@@ -48,7 +48,7 @@ def test_cast_bad_input_names_the_argument(call, exc, match):
     (lambda: Q.per_channel_cast(_x((128, 128)), "e4m3", 128, num_per_channels=128), ValueError,
      "num_per_channels .* must be None"),
     (lambda: Q.per_channel_cast((_x((128, 128), E4M3), _x((128, 1))), "e4m3", 128, num_per_channels=128),
-     NotImplementedError, "pre-quantized"),
+     ValueError, "CUDA tensor"),
     (lambda: Q.per_channel_cast(_x((128, 128), BF16), "e4m3", 32, True, None, True), ValueError, "CUDA tensor"),
 ])
 def test_per_channel_cast_bad_input_names_the_argument(call, exc, match):

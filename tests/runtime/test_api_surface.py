@@ -52,7 +52,7 @@ SPEC_SIGNATURES = {  # name -> [(parameter, default as written in the spec or No
     'transpose': [('x', None)],
     'unpack_from_e2m1fn_x2': [('x', None), ('out_dtype', 'torch.float32')],
 }
-NOT_YET = {"per_channel_cast_fused"}  # v1-only; README "Known gaps"
+NOT_YET = set()
 FAMILIES = ("quant", "moe", "transpose")
 
 

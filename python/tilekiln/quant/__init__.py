@@ -19,6 +19,7 @@ from tilekiln.quant._per_block import (  # noqa: F401
     per_block_cast_with_precomputed_sf,
     per_block_cast_with_sf_only,
 )
+from tilekiln.quant._per_channel import per_channel_cast_fused  # noqa: F401  (v1)
 from tilekiln.quant._per_token import per_token_cast_with_precomputed_sf, per_token_cast_with_sf_only  # noqa: F401
 # compile-aware wrappers of the swiglu forward pair and the backward pair (their torch.library ops)
 from tilekiln.quant._swiglu_bwd import (  # noqa: F401
@@ -42,7 +43,7 @@ __all__ = [
     "norm_forward", "norm_forward_and_per_token_cast", "norm_backward", "norm_backward_num_partials",
     # v1-only
     "per_token_cast_to_e5m6", "cast_back_e5m6", "per_channel_cast_and_transpose",
-    "swiglu_forward_and_per_channel_cast_and_transpose",
+    "swiglu_forward_and_per_channel_cast_and_transpose", "per_channel_cast_fused",
     # errors
     "LosslessScaleError", "check_errors",
 ]
@@ -245,4 +246,3 @@ def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, num_per_tokens, ro
             x, fmt, num_per_tokens, round_sf, without_transpose, clamp)
     return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(
         x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
-
