@@ -23,7 +23,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from build_tools import cache, manifest, progress, toolchain
+from build_tools import cache, manifest, progress, toolchain, units
 
 
 PRESET_DIR = manifest.default_manifest_path().parent / "presets"
@@ -56,9 +56,11 @@ def cmd_plan(args):
     toolchain.find_nvcc()  # fail at configure time, with the install hint, if there is no nvcc
     lines = [f"set(TK_ARCH_LIST \"{_cmake_list(arches)}\")",
              f"set(TK_INCLUDE_FLAGS \"{_cmake_list('-I' + d for d in toolchain.tilelang_include_dirs())}\")",
-             f"set(TK_STEMS \"{_cmake_list(v.stem for v in variants)}\")"]
+             f"set(TK_UNITS \"{_cmake_list(u.name for u in units.plan(variants))}\")"]
     Path(args.cmake_out).write_text("\n".join(lines) + "\n")
-    print(f"plan: {len(variants)} variants x {len(arches)} arches = {len(variants) * len(arches)} cubins")
+    n_units = len(units.plan(variants))
+    print(f"plan: {len(variants)} variants x {len(arches)} arches = {len(variants) * len(arches)} kernels "
+          f"in {n_units * len(arches)} compile units")
 
 
 def cmd_lower(args):
@@ -76,6 +78,7 @@ def cmd_lower(args):
     lower.lower_all(variants, args.arch, args.gen_dir, log=lambda *a: None, report=report)
     if prog.failures:
         _fail_build(prog)
+    units.write_sources(args.gen_dir, units.plan(variants), args.arch)
     prog.finish()
     if args.stamp:
         Path(args.stamp).write_text("ok\n")
@@ -84,20 +87,20 @@ def cmd_lower(args):
 def cmd_package(args):
     from build_tools import package
     arches, variants = _plan(args)
-    package.package(args.gen_dir, args.out_dir, {a: [v.stem for v in variants] for a in arches}, args.manifest)
+    package.package(args.gen_dir, args.out_dir, {a: units.plan(variants) for a in arches}, args.manifest)
 
 
 def _cubin_key(cu, arch):
     return cache.cubin_key(cu.read_bytes(), arch, toolchain.nvcc_version(), toolchain.NVCC_FLAGS)
 
 
-def _cubins_from_cache(gen, stems):
-    """Place cached cubins next to their sources; returns (count placed, {arch: [stems to compile]}).
+def _cubins_from_cache(gen, names_by_arch):
+    """Place cached unit cubins next to their sources; returns (units placed, {arch: [unit names to compile]}).
 
     Cached cubins are left out of build.ninja altogether: ninja rebuilds any output it has no
     log entry for (a fresh gen dir, a CI shard), however new the file is."""
     n, todo = 0, {}
-    for a, names in stems.items():
+    for a, names in names_by_arch.items():
         todo[a] = []
         for s in names:
             cubin = gen / f"{s}.{a}.cubin"
@@ -111,8 +114,8 @@ def _cubins_from_cache(gen, stems):
     return n, todo
 
 
-def _cubins_to_cache(gen, stems):
-    for a, names in stems.items():
+def _cubins_to_cache(gen, names_by_arch):
+    for a, names in names_by_arch.items():
         for s in names:
             cu = gen / f"{s}.{a}.cu"
             key = _cubin_key(cu, a)
@@ -121,16 +124,18 @@ def _cubins_to_cache(gen, stems):
 
 
 def cmd_nvcc(args):
-    """One cached nvcc compile (the CMake build's per-kernel rule); a failure names the variant."""
+    """One cached nvcc compile (the CMake build's per-unit rule); a failure names the unit's variants."""
     cu, out = Path(args.cu), Path(args.out)
     key = _cubin_key(cu, args.arch)
     data = cache.get(key, "kernel.cubin")
     if data is None:
         r = subprocess.run(toolchain.nvcc_command(cu, out, args.arch, args.include), capture_output=True, text=True)
         if r.returncode:
-            spec_path = cu.with_suffix(".json")
-            spec = json.loads(spec_path.read_text()) if spec_path.exists() else {}
-            f = progress.Failure("nvcc", spec.get("key", cu.name), args.arch, spec.get("variant"),
+            keys = []
+            for stem in units.member_stems(cu.read_text()):
+                spec_path = cu.parent / f"{stem}.{args.arch}.json"
+                keys.append(json.loads(spec_path.read_text())["key"] if spec_path.exists() else stem)
+            f = progress.Failure("nvcc", f"{cu.name} (" + "; ".join(keys) + ")", args.arch, None,
                                  r.stdout + r.stderr)
             sys.exit(f.report())
         cache.put(key, "kernel.cubin", out.read_bytes())
@@ -148,10 +153,10 @@ def cmd_check_store(args):
     print(f"check-store: {args.store}: {len(index['variants'])} cubins for {index['arches']} verified")
 
 
-def _write_ninja(path, gen_dir, stems):
+def _write_ninja(path, gen_dir, names_by_arch):
     lines = [f"rule nvcc\n  command = {' '.join(toolchain.nvcc_command('$in', '$out', '$arch'))}\n"
              "  description = nvcc $out\n"]
-    for a, names in stems.items():
+    for a, names in names_by_arch.items():
         for s in names:
             base = Path(gen_dir) / f"{s}.{a}"
             lines.append(f"build {base}.cubin: nvcc {base}.cu\n  arch = {a}\n")
@@ -159,15 +164,16 @@ def _write_ninja(path, gen_dir, stems):
 
 
 def _shard(arches, variants, spec):
-    """{arch: [variants]} of shard ``i/n``: a deterministic slice of the sorted (arch, variant) jobs."""
-    jobs = sorted(((a, v) for a in arches for v in variants), key=lambda j: (j[0], j[1].stem))
+    """{arch: [units]} of shard ``i/n``: a deterministic slice of the sorted (arch, compile unit) jobs.
+    Whole units, planned from the whole manifest, so shards + merge give the bytes of one build."""
+    jobs = sorted(((a, u) for a in arches for u in units.plan(variants)), key=lambda j: (j[0], j[1].name))
     i, n = (int(x) for x in spec.split("/")) if spec else (0, 1)
     if not 0 <= i < n:
         sys.exit(f"--shard must be i/n with 0 <= i < n, got {spec}")
     work = {a: [] for a in arches}
-    for k, (a, v) in enumerate(jobs):
+    for k, (a, u) in enumerate(jobs):
         if k % n == i:
-            work[a].append(v)
+            work[a].append(u)
     return work
 
 
@@ -230,7 +236,7 @@ def _run_ninja(gen, jobs, prog, jobs_by_output):
     # -k 0: keep going, so one build reports every failing kernel, not just the first
     proc = subprocess.Popen([_find_ninja(), "-C", str(gen), f"-j{jobs}", "-k", "0"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
-    unknown = lambda out: (Path(out).name, "?", {})  # noqa: E731
+    unknown = lambda out: (Path(out).name, "?", {}, 1)  # noqa: E731
     other = []  # ninja's own messages (e.g. "ninja: error: ..."), for a failure that is no compile error
     failed = progress.follow_ninja(proc.stdout, prog, lambda out: jobs_by_output.get(Path(out).name) or unknown(out),
                                    other=other)
@@ -238,6 +244,16 @@ def _run_ninja(gen, jobs, prog, jobs_by_output):
     if rc and not failed:
         prog.fail("nvcc", "ninja", "-", {}, f"ninja exited with status {rc}:\n" + "\n".join(other[-20:]),
                   counted=True)
+
+
+def _unit_job(unit, by_stem):
+    """(key, params) a failing compile unit is reported with: its variant's, or, for several variants, the
+    unit's name with every member's key (the compiler's line numbers point into the unit source, where
+    "// ---- <stem>" starts each member)."""
+    members = [by_stem[s] for s in unit.stems]
+    if len(members) == 1:
+        return members[0].key, members[0].as_dict()
+    return f"{unit.name} (" + "; ".join(v.key for v in members) + ")", {}
 
 
 def _fail_build(prog, nbytes=None):
@@ -250,7 +266,9 @@ def cmd_build(args):
     """Everything without CMake: one lowering process per arch, then ninja -jN nvcc, then package."""
     from build_tools import package
     arches, variants = _plan(args)
-    work = _shard(arches, variants, args.shard)
+    unit_work = _shard(arches, variants, args.shard)
+    by_stem = {v.stem: v for v in variants}
+    work = {a: [by_stem[s] for u in us for s in u.stems] for a, us in unit_work.items()}
     gen = Path(args.gen_dir or Path(args.out_dir).with_name(Path(args.out_dir).name + "-gen")).resolve()
     gen.mkdir(parents=True, exist_ok=True)  # absolute: build.ninja's paths must hold after `ninja -C gen`
     total = sum(len(v) for v in work.values())
@@ -260,20 +278,27 @@ def cmd_build(args):
     if not _lower_parallel(work, gen, prog):
         prog.skip("nvcc", total)
         _fail_build(prog)
-    stems = {a: [v.stem for v in work[a]] for a in arches}
-    cached, todo = _cubins_from_cache(gen, stems)
-    prog.advance("nvcc", cached=True, n=cached)
+    for a, us in unit_work.items():
+        units.write_sources(gen, us, a)
+    names = {a: [u.name for u in us] for a, us in unit_work.items()}
+    size = {(a, u.name): len(u.stems) for a, us in unit_work.items() for u in us}
+    cached, todo = _cubins_from_cache(gen, names)
+    prog.advance("nvcc", cached=True, n=sum(size[a, n] for a, ns in names.items() for n in ns if n not in todo[a]))
     if any(todo.values()):  # (writing the rule imports tilelang for its include dirs: skip when all cached)
         _write_ninja(gen / "build.ninja", gen, todo)
-        jobs_by_output = {f"{v.stem}.{a}.cubin": (v.key, a, v.as_dict()) for a in arches for v in work[a]}
+        jobs_by_output = {}
+        for a, us in unit_work.items():
+            for u in us:
+                key, params = _unit_job(u, by_stem)
+                jobs_by_output[f"{u.name}.{a}.cubin"] = (key, a, params, len(u.stems))
         _run_ninja(gen, args.jobs or os.cpu_count(), prog, jobs_by_output)
     if prog.failures:
         _fail_build(prog)
     # ninja skips outputs it built before in this gen dir (its log): count them as up to date
     prog.advance("nvcc", cached=True, n=total - prog.done["nvcc"])
     _cubins_to_cache(gen, todo)
-    index = package.package(gen, args.out_dir, stems, args.manifest, log=prog.log)
-    nbytes = sum(v["bytes"] for v in index["variants"])
+    index = package.package(gen, args.out_dir, unit_work, args.manifest, log=prog.log)
+    nbytes = sum({v["cubin"]: v["bytes"] for v in index["variants"]}.values())
     prog.finish(nbytes=nbytes, cubins=len(index["variants"]))
 
 

@@ -5,6 +5,7 @@ process, and device-property dependent frontends would otherwise leak one
 arch's choices into the other (AOT-NOTES §3 caveats).
 """
 import json
+import re
 import time
 import traceback
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 from build_tools import cache, manifest, spec
 
 
-def _write_if_changed(path, text):
+def write_if_changed(path, text):
     """Keep mtimes of unchanged outputs so ninja does not rebuild their cubins."""
     path = Path(path)
     if path.exists() and path.read_text() == text:
@@ -42,7 +43,20 @@ def lower_variant(variant, arch):
         art = lower_with_context(prim, ctx, enable_host_codegen=False, enable_device_compile=False)
     launch = spec.extract(prim, art)
     launch.update({"op": variant.op, "key": variant.key, "variant": variant.as_dict(), "arch": arch})
-    return art.kernel_source, launch
+    return unique_symbols(art.kernel_source, launch, variant.stem)
+
+
+def unique_symbols(source, launch, stem):
+    """Suffix every kernel symbol with the variant's digest, so that the variants of one op can share a
+    compile unit and a cubin (build_tools.units); the runtime takes the symbol from the spec."""
+    suffix = stem.rsplit("-", 1)[-1]
+    for k in launch["kernels"]:
+        new = f"{k['symbol']}_{suffix}"
+        source, n = re.subn(rf"\b{re.escape(k['symbol'])}\b", new, source)
+        if n == 0:
+            raise spec.SpecError(f"kernel symbol {k['symbol']} not found in the lowered source")
+        k["symbol"] = new
+    return source, launch
 
 
 def lower_all(variants, arch, out_dir, log=print, report=None):
@@ -75,8 +89,8 @@ def lower_all(variants, arch, out_dir, log=print, report=None):
             cache.put(key, "spec.json", launch_json)
             log(f"[{arch}] {i + 1}/{len(variants)} lowered {v.key} in {time.time() - t0:.2f}s")
             report("lowered", v, arch, None)
-        _write_if_changed(out_dir / f"{v.stem}.{arch}.cu", src)
-        _write_if_changed(out_dir / f"{v.stem}.{arch}.json", launch_json)
+        write_if_changed(out_dir / f"{v.stem}.{arch}.cu", src)
+        write_if_changed(out_dir / f"{v.stem}.{arch}.json", launch_json)
     if hits:
         log(f"[{arch}] {hits}/{len(variants)} taken from the build cache")
     return failures

@@ -21,45 +21,54 @@ def _param_sizes(kernel):
             for a in kernel["args"]]
 
 
-def package(gen_dir, out_dir, stems_by_arch, manifest_path, log=print):
+def package(gen_dir, out_dir, units_by_arch, manifest_path, log=print):
+    """Check each compile unit's cubin against the launch specs of all its members (build_tools.units)
+    and write the store: the unit cubins and one index entry per (variant, arch), naming its cubin."""
     gen_dir, out_dir = Path(gen_dir), Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     cuobjdump = cubin_check.find_cuobjdump()
     variants, problems = [], []
-    for arch, stems in sorted(stems_by_arch.items()):
-        for stem in stems:
-            base = str(gen_dir / f"{stem}.{arch}")
-            spec = json.loads(Path(base + ".json").read_text())
-            cubin = Path(base + ".cubin")
+    for arch, units in sorted(units_by_arch.items()):
+        for unit in units:
+            specs = [json.loads((gen_dir / f"{stem}.{arch}.json").read_text()) for stem in unit.stems]
+            name = f"{unit.name}.{arch}.cubin"
+            cubin = gen_dir / name
             expected = [{"symbol": k["symbol"], "param_sizes": _param_sizes(k), "dyn_smem_bytes": k["dyn_smem_bytes"],
-                         "max_shared_bytes": MAX_SHARED_BYTES[arch]} for k in spec["kernels"]]
+                         "max_shared_bytes": MAX_SHARED_BYTES[arch]} for spec in specs for k in spec["kernels"]]
             found = cubin_check.check_cubin(cubin, arch, expected, cuobjdump=cuobjdump)
-            problems += [f"{spec['key']} [{arch}]: {p}" for p in found]
+            keys = ", ".join(spec["key"] for spec in specs)
+            problems += [f"{unit.name} ({keys}) [{arch}]: {p}" for p in found]
+            if found:
+                continue
             info = cubin_check.inspect_cubin(cubin, cuobjdump=cuobjdump)
             image = cubin.read_bytes()
-            name = f"{stem}.{arch}.cubin"
             (out_dir / name).write_bytes(image)
-            variants.append({
-                "op": spec["op"], "key": spec["key"], "variant": spec["variant"], "arch": arch, "cubin": name,
-                "sha256": hashlib.sha256(image).hexdigest(), "bytes": len(image),
-                "spec": {k: spec[k] for k in ("spec_version", "params", "tensormaps", "kernels")},
-                "resources": {sym: {"registers": ki.registers, "stack_bytes": ki.stack_bytes,
-                                    "static_shared_bytes": ki.static_shared_bytes}
-                              for sym, ki in info.kernels.items()},
-            })
+            digest = hashlib.sha256(image).hexdigest()
+            for spec in specs:
+                symbols = [k["symbol"] for k in spec["kernels"]]
+                variants.append({
+                    "op": spec["op"], "key": spec["key"], "variant": spec["variant"], "arch": arch, "cubin": name,
+                    "sha256": digest, "bytes": len(image),
+                    "spec": {k: spec[k] for k in ("spec_version", "params", "tensormaps", "kernels")},
+                    "resources": {sym: {"registers": info.kernels[sym].registers,
+                                        "stack_bytes": info.kernels[sym].stack_bytes,
+                                        "static_shared_bytes": info.kernels[sym].static_shared_bytes}
+                                  for sym in symbols},
+                })
     if problems:
         raise PackageError("cubin checks failed:\n  " + "\n  ".join(problems))
     index = {
         "format": 1,
-        "arches": sorted(stems_by_arch),
+        "arches": sorted(units_by_arch),
         "toolchain": {"tilelang": toolchain.tilelang_version(), "nvcc": toolchain.nvcc_version()},
         "manifest_sha256": hashlib.sha256(Path(manifest_path).read_bytes()).hexdigest(),
         "variants": variants,
     }
     _write_index(out_dir, index)
-    log(f"packaged {len(variants)} cubins ({sum(v['bytes'] for v in variants) / 1e6:.2f} MB) into {out_dir}")
+    cubins = {v["cubin"]: v["bytes"] for v in variants}
+    log(f"packaged {len(variants)} kernels in {len(cubins)} cubins ({sum(cubins.values()) / 1e6:.2f} MB) into {out_dir}")
     return index
 
 
@@ -129,7 +138,7 @@ def merge(stores, out_dir, log=print):
             (out_dir / v["cubin"]).write_bytes(image)
     index = dict(indexes[0], arches=sorted({a for ix in indexes for a in ix["arches"]}), variants=list(merged.values()))
     _write_index(out_dir, index)
-    log(f"merged {len(stores)} stores: {len(merged)} cubins into {out_dir}")
+    log(f"merged {len(stores)} stores: {len(merged)} kernels into {out_dir}")
     return index
 
 

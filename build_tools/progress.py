@@ -149,14 +149,15 @@ def follow_ninja(lines, progress, job_of_output, other=None):
 
     Ninja prints one status line per finished edge; a failed edge is followed by
     ``FAILED: [code=N] <output>``, its command line and the compiler's stderr. ``job_of_output(path)``
-    gives (key, arch, params) of a cubin path; ninja's other lines are appended to ``other``.
+    gives (key, arch, params) of a cubin path, optionally with a fourth item: how many jobs (variants)
+    that edge builds (a compile unit, build_tools.units); ninja's other lines are appended to ``other``.
     Returns the number of failed edges."""
     failed, current = 0, None  # current: [output, lines] of the FAILED block being read
 
     def close():
         nonlocal current, failed
         if current is not None:
-            key, arch, params = job_of_output(current[0])
+            key, arch, params = job_of_output(current[0])[:3]
             body = current[1][1:] if current[1] else []  # drop the echoed command line
             progress.fail("nvcc", key, arch, params, "\n".join(body) or "(no compiler output)", counted=True)
             failed += 1
@@ -168,7 +169,8 @@ def follow_ninja(lines, progress, job_of_output, other=None):
         if m or line.startswith("ninja: "):
             close()
             if m:
-                progress.advance("nvcc")
+                job = job_of_output(m.group(3))
+                progress.advance("nvcc", n=job[3] if len(job) > 3 else 1)
             elif other is not None:
                 other.append(line)
             continue

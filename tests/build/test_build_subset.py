@@ -17,14 +17,6 @@ needs_toolchain = pytest.mark.skipif(importlib.util.find_spec("tilelang") is Non
                                             "requirements/build.txt")
 
 
-@pytest.fixture(scope="session")
-def subset_store(tmp_path_factory):
-    out = tmp_path_factory.mktemp("store") / "kernels"
-    subprocess.run([sys.executable, "-m", "build_tools", "build", "--manifest", "manifests/ci-subset.toml",
-                    "--out-dir", str(out), "-j", "2"], cwd=ROOT, check=True)
-    return out
-
-
 @needs_toolchain
 def test_subset_builds_for_both_arches(subset_store):
     index = json.loads((subset_store / "index.json").read_text())

@@ -142,3 +142,12 @@ def test_follow_ninja_keeps_ninja_errors_that_are_no_compile_failure():
     lines = ["ninja: Entering directory `g'\n", "ninja: error: 'x.cu', needed by 'x.cubin', missing\n"]
     assert progress.follow_ninja(lines, p, lambda out: (out, "?", {}), other=other) == 0
     assert other[-1] == "ninja: error: 'x.cu', needed by 'x.cubin', missing" and not p.failures
+
+
+def test_follow_ninja_counts_every_variant_of_a_compile_unit():
+    ninja_out = ["[1/2] nvcc /g/op-unit-aaa.sm_90a.cubin\n", "[2/2] nvcc /g/op-unit-bbb.sm_90a.cubin\n"]
+    p = progress.Progress(5, stream=io.StringIO(), clock=Clock(), interval=0)
+    jobs = {"op-unit-aaa.sm_90a.cubin": ("op-unit-aaa", "sm_90a", {}, 4),
+            "op-unit-bbb.sm_90a.cubin": ("op-unit-bbb", "sm_90a", {}, 1)}
+    assert progress.follow_ninja(ninja_out, p, lambda out: jobs[Path(out).name]) == 0
+    assert p.done["nvcc"] == 5

@@ -209,6 +209,12 @@ class _TensorMapEncoder:
             raise LaunchError(f"cuTensorMapEncodeTiled(dims={list(dims)}, box={list(box)}): {d.error_text(rc)}")
 
 
+# (cubin path, sha256, device) -> CUmodule. The variants of one compile unit share a cubin
+# (build_tools/units.py), so its module is read, checked and loaded once per device for all of them.
+_MODULES = {}
+_MODULES_LOCK = threading.Lock()
+
+
 class CompiledKernel:
     """A cubin + spec; modules load lazily per device, under a lock, once."""
 
@@ -243,14 +249,12 @@ class CompiledKernel:
 
     def _load_locked(self, device_index):
         d = drv.get_driver()
-        image = self._read_cubin()
         ctx = d.primary_context(device_index)
         pushed = d.current_context() != ctx
         if pushed:
             d.check(d.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")
         try:
-            module = ctypes.c_void_p()
-            d.check(d.cuModuleLoadData(ctypes.byref(module), image), f"loading {self.cubin_path}")
+            module = self._module(d, device_index)
             out = []
             for k in self.spec["kernels"]:
                 fn = ctypes.c_void_p()
@@ -268,6 +272,18 @@ class CompiledKernel:
             if pushed:
                 d.check(d.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p())), "cuCtxPopCurrent")
         return (ctx, out)
+
+    def _module(self, d, device_index):
+        """The cubin's module in the current (primary) context, shared by every kernel of the cubin."""
+        key = (str(self.cubin_path), self.entry["sha256"], device_index)
+        with _MODULES_LOCK:
+            module = _MODULES.get(key)
+            if module is None:
+                image = self._read_cubin()
+                module = ctypes.c_void_p()
+                d.check(d.cuModuleLoadData(ctypes.byref(module), image), f"loading {self.cubin_path}")
+                _MODULES[key] = module
+        return module
 
     def bind(self, *values):
         """Launch arguments from PrimFunc-ordered values: tensors for buffers (their data

@@ -1,0 +1,74 @@
+"""Compile units: up to UNIT_SIZE variants of one op compiled by one nvcc call into one cubin.
+
+Why: nvcc's fixed cost per translation unit (preprocessing and parsing TileLang's CUDA headers,
+~1.4 s of the ~1.5 s a single small kernel takes on the 2-core build machine) dominated the
+cold build. Sixteen per_token_cast variants in one unit compile in 2.5 s instead of 24 s, and
+ptxas compiles each kernel of a unit on its own, so a kernel's SASS does not depend on its unit
+(tests/build/test_units.py compares the disassembly).
+
+A unit's members are a deterministic function of the manifest (the op's variants sorted by stem,
+cut into chunks), never of a shard or a lowering result: shards build whole units, so
+`--shard i/n` + merge gives the same bytes as one build. Each lowered source already has a kernel
+symbol unique to its variant (build_tools.lower), so a unit is the members' sources one after
+another, each body in a namespace of its own for any file-local helpers; the preamble (#includes,
+all guarded) is repeated as it is.
+"""
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+UNIT_SIZE = 16
+_KERNEL_START = 'extern "C"'
+
+
+@dataclass(frozen=True)
+class Unit:
+    op: str
+    stems: tuple  # member variant stems, sorted
+
+    @property
+    def name(self):
+        digest = hashlib.sha256(" ".join(self.stems).encode()).hexdigest()[:12]
+        return f"{self.op}-unit-{digest}"
+
+
+def plan(variants, size=UNIT_SIZE):
+    """Units of ``variants`` (manifest order does not matter): per op, sorted stems in chunks of ``size``."""
+    by_op = {}
+    for v in variants:
+        by_op.setdefault(v.op, set()).add(v.stem)
+    units = []
+    for op in sorted(by_op):
+        stems = sorted(by_op[op])
+        units += [Unit(op, tuple(stems[i:i + size])) for i in range(0, len(stems), size)]
+    return units
+
+
+def split_source(text):
+    """(preamble, body) of a lowered source: the body starts at the first kernel declaration."""
+    i = text.find(_KERNEL_START)
+    if i < 0:
+        raise ValueError("lowered source has no extern \"C\" kernel")
+    return text[:i], text[i:]
+
+
+def member_stems(unit_text):
+    """The variant stems of a unit source, in order (for error messages)."""
+    return re.findall(r"^// ---- (\S+)$", unit_text, flags=re.M)
+
+
+def unit_source(gen_dir, unit, arch):
+    parts = []
+    for stem in unit.stems:
+        preamble, body = split_source((Path(gen_dir) / f"{stem}.{arch}.cu").read_text())
+        ns = "tk_" + re.sub(r"\W", "_", stem)
+        parts.append(f"// ---- {stem}\n{preamble}namespace {ns} {{\n{body}\n}}  // namespace {ns}\n")
+    return "".join(parts)
+
+
+def write_sources(gen_dir, units, arch):
+    """Write ``<unit>.<arch>.cu`` for each unit, keeping the mtime of unchanged files (ninja)."""
+    from build_tools.lower import write_if_changed
+    for u in units:
+        write_if_changed(Path(gen_dir) / f"{u.name}.{arch}.cu", unit_source(gen_dir, u, arch))

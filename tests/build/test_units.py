@@ -1,0 +1,89 @@
+"""Compile units (build_tools/units.py): planning, unit sources, and that a kernel compiled in a unit has the
+same SASS as the same kernel compiled alone."""
+import importlib.util
+import os
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from build_tools import units  # noqa: E402
+
+needs_toolchain = pytest.mark.skipif(importlib.util.find_spec("tilelang") is None,
+                                     reason="tilelang (build toolchain) is not installed: pip install -r "
+                                            "requirements/build.txt")
+
+
+def _variants(op, n):
+    return [SimpleNamespace(op=op, stem=f"{op}-{i:012x}") for i in range(n)]
+
+
+def test_plan_groups_by_op_in_chunks_and_ignores_order():
+    vs = _variants("per_token_cast", 35) + _variants("topk_gate", 3)
+    shuffled = vs[:]
+    random.Random(0).shuffle(shuffled)
+    plan = units.plan(vs)
+    assert plan == units.plan(shuffled) == units.plan(vs + vs[:5])  # order and duplicates do not matter
+    assert [(u.op, len(u.stems)) for u in plan] == [("per_token_cast", 16), ("per_token_cast", 16),
+                                                     ("per_token_cast", 3), ("topk_gate", 3)]
+    assert sorted(s for u in plan for s in u.stems) == sorted(v.stem for v in vs)
+    assert len({u.name for u in plan}) == len(plan)
+    # a unit's name depends on its members only
+    assert units.plan(vs[:16])[0].name == plan[0].name
+
+
+def test_unit_source_keeps_each_preamble_and_wraps_each_body(tmp_path):
+    for stem, sym in (("op-aaaaaaaaaaaa", "k_aaaaaaaaaaaa"), ("op-bbbbbbbbbbbb", "k_bbbbbbbbbbbb")):
+        (tmp_path / f"{stem}.sm_90a.cu").write_text(
+            f'#include <a.h>\nextern "C" __global__ void {sym}(int n);\n'
+            f'static __device__ int helper() {{ return 1; }}\n'
+            f'extern "C" __global__ void {sym}(int n) {{ }}\n')
+    unit = units.Unit("op", ("op-aaaaaaaaaaaa", "op-bbbbbbbbbbbb"))
+    text = units.unit_source(tmp_path, unit, "sm_90a")
+    assert units.member_stems(text) == list(unit.stems)
+    assert text.count("#include <a.h>") == 2  # guarded headers: the second include is a no-op
+    # the same file-local helper name in two members compiles: each body has a namespace of its own
+    assert re.findall(r"namespace (\w+) \{", text) == ["tk_op_aaaaaaaaaaaa", "tk_op_bbbbbbbbbbbb"]
+    with pytest.raises(ValueError, match="no extern"):
+        units.split_source("#include <a.h>\n")
+
+
+def _sass(cuobjdump, cubin):
+    """{function: [instruction words]} (whitespace-normalized: cuobjdump pads columns per file)."""
+    nvdisasm = Path(cuobjdump).with_name("nvdisasm")
+    env = dict(os.environ, NVDISASM_PATH=str(nvdisasm.parent)) if nvdisasm.exists() else None
+    out = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, env=env)
+    if out.returncode and "nvdisasm" in out.stderr:
+        pytest.skip("cuobjdump -sass needs nvdisasm: pip install -r requirements/build.txt")
+    out.check_returncode()
+    funcs, current = {}, None
+    for line in out.stdout.splitlines():
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            current = funcs.setdefault(m.group(1), [])
+        elif current is not None and line.strip().startswith("/*"):
+            current.append(line.split())
+    return funcs
+
+
+@needs_toolchain
+def test_a_kernel_in_a_unit_has_the_sass_it_has_alone(subset_store, tmp_path):
+    from build_tools import cubin_check, toolchain
+    gen = subset_store.with_name(subset_store.name + "-gen")
+    unit_cu = max(gen.glob("per_token_cast-unit-*.sm_90a.cu"), key=lambda p: len(units.member_stems(p.read_text())))
+    stems = units.member_stems(unit_cu.read_text())
+    assert len(stems) >= 2
+    cuobjdump = cubin_check.find_cuobjdump()
+    in_unit = _sass(cuobjdump, unit_cu.with_suffix(".cubin"))
+    assert len(in_unit) == len(stems)
+    for stem in (stems[0], stems[-1]):
+        alone = tmp_path / f"{stem}.cubin"
+        subprocess.run(toolchain.nvcc_command(gen / f"{stem}.sm_90a.cu", alone, "sm_90a"), check=True)
+        (name, code), = _sass(cuobjdump, alone).items()
+        assert name.endswith(stem.rsplit("-", 1)[1]) and in_unit[name] == code, name
