@@ -48,7 +48,7 @@ def _per_token_cast_breakdown(x):
     q = torch.empty((t, h), dtype=torch.float8_e4m3fn, device=dev)
     sf = torch.empty((t, h // 128), dtype=torch.float32, device=dev)
     args = (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t, h // 64, h // 8, h // 8, h // 128, 1, 0, 1, 1e-4, 0, 0, 0,
-            1, 1)
+            1, 1, *_per_token._grid(t, h, 8, _per_token.ROWS["bfloat16"]))
     n = 20000
 
     def key():

@@ -46,10 +46,17 @@ def lower_variant(variant, arch):
     return unique_symbols(art.kernel_source, launch, variant.stem)
 
 
+_DYNAMIC_SHARED = re.compile(r"extern __shared__ (?:__align__\(\d+\) )?[\w:]+ (\w+)\[\];")
+
+
 def unique_symbols(source, launch, stem):
     """Suffix every kernel symbol with the variant's digest, so that the variants of one op can share a
-    compile unit and a cubin (build_tools.units); the runtime takes the symbol from the spec."""
+    compile unit and a cubin (build_tools.units); the runtime takes the symbol from the spec. The dynamic
+    shared memory array too: nvcc requires one type for an `extern __shared__` name across a translation
+    unit, namespaces notwithstanding (uchar tile[] and uint tile[] of two variants do not compile)."""
     suffix = stem.rsplit("-", 1)[-1]
+    for name in sorted(set(_DYNAMIC_SHARED.findall(source))):
+        source = re.sub(rf"\b{re.escape(name)}\b", f"{name}_{suffix}", source)
     for k in launch["kernels"]:
         new = f"{k['symbol']}_{suffix}"
         source, n = re.subn(rf"\b{re.escape(k['symbol'])}\b", new, source)

@@ -3,8 +3,9 @@ import torch
 
 
 def raw_bytes(t):
-    """The tensor's values as uint8 bytes in logical (row-major) order."""
-    return t.contiguous().view(torch.uint8)
+    """The tensor's values as uint8 bytes in logical (row-major) order, flat. (reshape(-1) first: torch calls
+    a [T, 1] column-major scale tensor contiguous, but its stride(-1) is not 1, which view(uint8) rejects.)"""
+    return t.contiguous().reshape(-1).view(torch.uint8)
 
 
 def assert_bitwise(actual, expected, what):

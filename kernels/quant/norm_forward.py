@@ -28,6 +28,7 @@ Runtime: token and batch counts, hidden size, every stride, residual / weight / 
 out_bf16 on-off, eps, out_scale, round_sf and the amax floor. eps and out_scale are kernel
 arguments (the peer bakes them), so one cubin serves every model.
 """
+from kernels.common.cuda_source import guarded
 from kernels.common.passes import THREAD_LEVEL
 
 OP = "norm_forward"
@@ -36,13 +37,13 @@ PASS_CONFIGS = THREAD_LEVEL
 
 # Round two fp32 values to bf16 with one packed convert (F2FP) and return the pair's bits,
 # so they can be widened back with one shift / mask each.
-BF16X2_SOURCE = """
+BF16X2_SOURCE = guarded("bf16x2_bits", """
 #include <cuda_bf16.h>
 __device__ __forceinline__ unsigned tk_bf16x2_bits(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<unsigned*>(&v);
 }
-"""
+""")
 X_DTYPES = ("bfloat16", "float32")
 OUT_KINDS = ("plain", "e4m3_fp32", "e4m3_ue8m0")
 # Threads per row and 16-byte chunks per thread: MAXC * THREADS * VEC = 8192 = the largest H.

@@ -14,8 +14,9 @@ channel block g (e4m3 input only: 32 or 128; 0 for bf16/fp32) and the row mode:
 Pre-quantized e4m3 input (with fp32 scales x_sf[t, c // g] at runtime strides, so row-major,
 column-major and token-sliced column-major all work): the amax is taken over data * x_sf and
 the data is scaled by the one product x_sf * sf_inv (OPERATORS.md §2.1), as tilekiln.torch.cast
-does. Since the g >= 16 channels of a thread share one x_sf, max|d * s| = max|d| * s (rounding is
-monotonic for s >= 0), so the amax pass multiplies once per row.
+does. The amax is per column over rows that each have their own x_sf: |d * s| element by element
+(a first version took each row's max over the thread's 16 columns, wrong for every column but
+that row's largest; the H200 tests caught it).
 Runtime: hidden size / 128, round_sf (fp32 scales), the amax floor, num_rows and the x_sf
 strides. The token count is the grid's y extent (ceil(rows / gm) blocks); the host guarantees
 H % 128 == 0 (and T % 128 == 0 in "full" mode).
@@ -89,7 +90,9 @@ def build(p, arch):
     quantized_in = in_dtype == "float8_e4m3fn"
     vec = vec_of(in_dtype)
     rows = gm // WARPS  # rows per thread
-    group = min(GROUP, rows)
+    # FP8 input holds 16 channels a thread (one 16-byte load): 2 rows at a time fit the 80-register cap
+    # of "full" mode; the row guards of "tail"/"gather" need one (2 spilled 8 bytes at 128 on sm_90a).
+    group = min(GROUP if not quantized_in else (2 if mode == "full" else 1), rows)
     groups = rows // group
     cols = 32 * vec  # columns per CTA
     sf_storage = "float32" if sf_kind == "fp32" else "uint8"
@@ -139,7 +142,6 @@ def build(p, arch):
             sfv = T.alloc_local((vec,), "float32")
             ql = T.alloc_local((vec,), "float8_e4m3fn")
             xs = T.alloc_local((group,), "float32")  # input scale of each held row (e4m3 input)
-            rmax = T.alloc_local((1,), "float32")
             mult = T.alloc_local((vec,), "float32")
             part = T.alloc_shared((WARPS, cols), "float32")
 
@@ -170,12 +172,9 @@ def build(p, arch):
                             if quantized_in:
                                 xs[r] = T.float32(0)
                 for r in T.unroll(group):
-                    if quantized_in:  # max|d * s| = max|d| * s: one product per row
-                        rmax[0] = T.float32(0)
+                    if quantized_in:  # |d * s| = |d| * s (s >= 0), per column: rows have their own s
                         for i in T.unroll(vec):
-                            rmax[0] = T.max(rmax[0], T.abs(T.Cast("float32", xr[r, i])))
-                        for i in T.unroll(vec):
-                            amax[i] = T.max(amax[i], rmax[0] * xs[r])
+                            amax[i] = T.max(amax[i], T.abs(T.Cast("float32", xr[r, i])) * xs[r])
                     else:
                         for i in T.unroll(vec):  # fmaxf: a NaN element does not raise the amax
                             amax[i] = T.max(amax[i], T.abs(T.Cast("float32", xr[r, i])))

@@ -134,8 +134,14 @@ def build(p, arch):
         in_sf_stride_k: T.int32,
         in_block_m: T.int32,  # the input's scale block (gm, gk)
         in_block_k: T.int32,
+        # The grid, ceil(T / rows) x ceil(H / (seg * WARPS_PER_CTA)), computed by the host: as T.ceildiv
+        # of the sizes, TileLang lowers the extents to shifts, and its Z3-backed Simplify then spends
+        # ~0.45 s per variant proving the row guards against them (bit-vector reasoning; perf on the build
+        # machine). The kernel body is the same either way; lowering all variants takes half the time.
+        num_row_blocks: T.int32,
+        num_col_blocks: T.int32,
     ):
-        with T.Kernel(T.ceildiv(num_tokens, rows), T.ceildiv(hidden_div64 * 64, seg * WARPS_PER_CTA),
+        with T.Kernel(num_row_blocks, num_col_blocks,
                       threads=32 * WARPS_PER_CTA) as (bx, by):
             tx = T.get_thread_binding()
             lane = tx % 32

@@ -30,6 +30,7 @@ Compile-time: x dtype, act_x_grad dtype, output format, channels per scale block
 scale storage. Runtime: N, I, strides, psum/expert count/alignment, weights and rsf,
 clamp on/off and value, recompute, round_sf, amax floor.
 """
+from kernels.common.cuda_source import guarded
 from kernels.common.passes import THREAD_LEVEL
 
 OP = "swiglu_backward"
@@ -44,12 +45,12 @@ SF_STORAGE = {"fp32": "float32", "ue8m0": "uint8", "none": "float32"}
 E4M3_MAX = 448.0
 BYTES = {"float8_e4m3fn": 1, "bfloat16": 2, "float32": 4}
 
-PREFETCH_SOURCE = """
+PREFETCH_SOURCE = guarded("prefetch_l2", """
 __device__ __forceinline__ int tk_prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" : : "l"(p) : "memory");
     return 0;
 }
-"""
+""")
 
 
 def invalid_reason(p):

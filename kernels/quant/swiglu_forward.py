@@ -23,6 +23,7 @@ scale block reduce the amax with xor shuffles. Clamp counts are reduced per
 warp and added with one int64 atomic per nonzero counter (integers: exact and
 order-independent); counts[3] (valid rows x I) is computed once from psum.
 """
+from kernels.common.cuda_source import guarded
 from kernels.common.passes import THREAD_LEVEL
 
 OP = "swiglu_forward"
@@ -38,12 +39,12 @@ SF_STORAGE = {"fp32": "float32", "ue8m0": "uint8", "none": "float32"}
 E4M3_MAX = 448.0
 
 # int64 clamp counters through an unsigned 64-bit atomic (two's complement: same bits).
-COUNT_SOURCE = """
+COUNT_SOURCE = guarded("count_add", """
 __device__ __forceinline__ int tk_count_add(void* p, int v, int mul) {
     atomicAdd(reinterpret_cast<unsigned long long*>(p), (unsigned long long)((long long)v * (long long)mul));
     return 0;
 }
-"""
+""")
 
 
 def invalid_reason(p):

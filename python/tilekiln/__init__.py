@@ -3,11 +3,13 @@
 Importing needs neither a GPU nor a CUDA driver; kernels load on first use. The op families
 (``quant``, ``moe``, ``transpose``) and the references (``torch``) are imported on first attribute
 access, which also registers their torch.library ops: a first call pays only for its own family.
+``torch.ops.tilekiln.<op>`` imports the op's family on first lookup (tilekiln/_runtime/torch_ops.py).
 """
 import importlib
 
 from tilekiln import config  # noqa: F401
 from tilekiln._runtime import DriverError, MissingSpecializationError, UnsupportedDeviceError, preload  # noqa: F401
+from tilekiln._runtime import torch_ops as _torch_ops
 from tilekiln.config import (  # noqa: F401
     get_amax_clamp_for_quant,
     get_deterministic_algorithms,
@@ -23,6 +25,7 @@ from tilekiln.config import (  # noqa: F401
 )
 
 __version__ = "0.1.0"
+_torch_ops.install()
 _LAZY_SUBMODULES = ("quant", "moe", "transpose", "torch")
 
 

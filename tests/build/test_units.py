@@ -87,3 +87,16 @@ def test_a_kernel_in_a_unit_has_the_sass_it_has_alone(subset_store, tmp_path):
         subprocess.run(toolchain.nvcc_command(gen / f"{stem}.sm_90a.cu", alone, "sm_90a"), check=True)
         (name, code), = _sass(cuobjdump, alone).items()
         assert name.endswith(stem.rsplit("-", 1)[1]) and in_unit[name] == code, name
+
+
+def test_unique_symbols_renames_the_kernel_and_its_dynamic_shared_array():
+    from build_tools import lower
+    src = ('extern "C" __global__ void k(uchar* y);\n'
+           'extern "C" __global__ void __launch_bounds__(64, 1) k(uchar* y) {\n'
+           '  extern __shared__ __align__(1024) uchar tile[];\n  int tiles = 2;\n  y[0] = tile[tiles];\n}\n')
+    launch = {"kernels": [{"symbol": "k"}]}
+    out, launch = lower.unique_symbols(src, launch, "op-0123456789ab")
+    assert launch["kernels"][0]["symbol"] == "k_0123456789ab"
+    assert out.count("k_0123456789ab(") == 2 and "tile_0123456789ab[]" in out and "tile_0123456789ab[tiles]" in out
+    with pytest.raises(Exception, match="not found"):
+        lower.unique_symbols(src, {"kernels": [{"symbol": "missing"}]}, "op-0123456789ab")

@@ -15,3 +15,12 @@ def test_assert_bitwise_is_strict():
         assert_bitwise(a, a.float(), "x")
     with pytest.raises(AssertionError, match=r"\(4, 8\) != .*\(8, 4\)"):
         assert_bitwise(a, a.t().contiguous(), "x")
+
+
+def test_assert_bitwise_takes_a_one_column_column_major_tensor():
+    """[T, 1] int32 with strides (1, T): torch calls it contiguous, yet its stride(-1) is T (packed UE8M0
+    scales of a one-block row in TMA-aligned column-major layout)."""
+    col = torch.arange(4, dtype=torch.int32).as_strided((4, 1), (1, 4))
+    assert_bitwise(col, torch.arange(4, dtype=torch.int32).reshape(4, 1), "col")
+    with pytest.raises(AssertionError, match="bytes differ"):
+        assert_bitwise(col, torch.arange(1, 5, dtype=torch.int32).reshape(4, 1), "col")

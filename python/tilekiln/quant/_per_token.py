@@ -172,8 +172,15 @@ def _run(src, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, sto
     values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, ROWS[src.in_dtype], stochastic)
     args = (src.data.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), src.t, src.h // 64,
             src.stride_vec, (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf),
-            int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk)
+            int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk,
+            *_grid(src.t, src.h, src.vec, ROWS[src.in_dtype]))
     launch(OP, PARAM_NAMES, values, src.data.device, args)
+
+
+def _grid(t, h, vec, rows):
+    """(row blocks, column blocks) of kernels/quant/per_token_cast.py: `rows` tokens and 4 warps of 32 lanes x
+    `vec` channels per CTA (the kernel takes its grid as arguments; its docstring says why)."""
+    return _ceil_div(t, rows), _ceil_div(h, 4 * 32 * vec)
 
 
 # Launch plans of the common call (fresh outputs): everything that depends only on
@@ -198,6 +205,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     clamp_key, state = (fmt, e4m3sf), config._state
     row_major_sf = not col and not (packed and k_blocks % 4)
     row_major_strides = (4 * sf_cols, 4) if packed else (sf_cols, 1)  # == _sf_strides of a fresh [t, sf_cols]
+    rows, col_blocks = ROWS[_PLAIN_NAMES[x.dtype]], _grid(1, h, vec, 1)[1]
 
     def run(x):
         t = x.shape[0]
@@ -212,7 +220,8 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
             sf = _sf_storage(t, k_blocks, sf_dtype, col, device, packed)
             sf_t, sf_k = _sf_strides(sf, packed)
         go(_raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, h // 64, x_stride_vec, out_stride_unit, sf_t,
-                                sf_k, round_sf, 1, state["clamp"][clamp_key], 0, 0, 0, 1, 1), state["pdl"])
+                                sf_k, round_sf, 1, state["clamp"][clamp_key], 0, 0, 0, 1, 1, _ceil_div(t, rows),
+                                col_blocks), state["pdl"])
         return q, sf
 
     return run
