@@ -282,7 +282,7 @@ def cmd_build(args):
         units.write_sources(gen, us, a)
     names = {a: [u.name for u in us] for a, us in unit_work.items()}
     size = {(a, u.name): len(u.stems) for a, us in unit_work.items() for u in us}
-    cached, todo = _cubins_from_cache(gen, names)
+    _, todo = _cubins_from_cache(gen, names)
     prog.advance("nvcc", cached=True, n=sum(size[a, n] for a, ns in names.items() for n in ns if n not in todo[a]))
     if any(todo.values()):  # (writing the rule imports tilelang for its include dirs: skip when all cached)
         _write_ninja(gen / "build.ninja", gen, todo)

@@ -38,8 +38,11 @@ def package(gen_dir, out_dir, units_by_arch, manifest_path, log=print):
             expected = [{"symbol": k["symbol"], "param_sizes": _param_sizes(k), "dyn_smem_bytes": k["dyn_smem_bytes"],
                          "max_shared_bytes": MAX_SHARED_BYTES[arch]} for spec in specs for k in spec["kernels"]]
             found = cubin_check.check_cubin(cubin, arch, expected, cuobjdump=cuobjdump)
-            keys = ", ".join(spec["key"] for spec in specs)
-            problems += [f"{unit.name} ({keys}) [{arch}]: {p}" for p in found]
+            # a problem names a kernel symbol: report it with that variant's key (else with the unit's members)
+            key_of = {k["symbol"]: spec["key"] for spec in specs for k in spec["kernels"]}
+            members = "; ".join(spec["key"] for spec in specs)
+            problems += [f"{next((key for sym, key in key_of.items() if repr(sym) in p), members)} [{arch}]: {p}"
+                         for p in found]
             if found:
                 continue
             info = cubin_check.inspect_cubin(cubin, cuobjdump=cuobjdump)
