@@ -3,9 +3,12 @@ import torch
 
 
 def raw_bytes(t):
-    """The tensor's values as uint8 bytes in logical (row-major) order, flat. (reshape(-1) first: torch calls
-    a [T, 1] column-major scale tensor contiguous, but its stride(-1) is not 1, which view(uint8) rejects.)"""
-    return t.contiguous().reshape(-1).view(torch.uint8)
+    """The tensor's values as uint8 bytes in logical (row-major) order, flat. Copied into a fresh flat tensor:
+    torch calls a column-major scale tensor with a size-1 dimension contiguous and keeps its strides
+    (e.g. [1, 1] with strides (4, 4)), and view(uint8) rejects a last stride other than 1."""
+    flat = torch.empty(t.numel(), dtype=t.dtype, device=t.device)
+    flat.copy_(t.reshape(-1))
+    return flat.view(torch.uint8)
 
 
 def assert_bitwise(actual, expected, what):

@@ -24,3 +24,5 @@ def test_assert_bitwise_takes_a_one_column_column_major_tensor():
     assert_bitwise(col, torch.arange(4, dtype=torch.int32).reshape(4, 1), "col")
     with pytest.raises(AssertionError, match="bytes differ"):
         assert_bitwise(col, torch.arange(1, 5, dtype=torch.int32).reshape(4, 1), "col")
+    one = torch.full((4,), 7, dtype=torch.int32).as_strided((1, 1), (4, 4))  # one token, one block
+    assert_bitwise(one, torch.full((1, 1), 7, dtype=torch.int32), "one")

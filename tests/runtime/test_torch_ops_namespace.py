@@ -21,11 +21,12 @@ def test_op_family_map_is_every_registered_op():
 def test_an_op_lookup_imports_its_family_only():
     code = ("import sys, torch, tilekiln; assert 'tilekiln.moe' not in sys.modules; "
             "op = torch.ops.tilekiln.topk_gate.default; "
-            "print(op.name(), 'tilekiln.moe' in sys.modules, 'tilekiln.quant' in sys.modules)")
+            "print(op.name(), 'tilekiln.moe' in sys.modules, 'tilekiln.quant' in sys.modules, op.__module__)")
     env = dict(os.environ, PYTHONPATH=str(Path(tilekiln.__file__).resolve().parents[1]))  # this tilekiln
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=env).stdout.split()
-    assert out == ["tilekiln::topk_gate", "True", "False"]
+    # torch.compile's code generation finds the op again through its module name
+    assert out == ["tilekiln::topk_gate", "True", "False", "torch.ops.tilekiln"]
 
 
 def test_an_unknown_op_is_an_attribute_error():
@@ -35,3 +36,16 @@ def test_an_unknown_op_is_an_attribute_error():
         assert "no_such_op" in str(e)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_torch_compile_code_generation_finds_the_op():
+    """Inductor's generated code names the op by its module; on this CPU machine the compiled graph gets as
+    far as the call, which the CUDA-only op then refuses (before the fix: ObjNotFoundError in codegen)."""
+    import pytest
+
+    def f(x):
+        return torch.ops.tilekiln.topk_gate(x * 2, 8)
+
+    torch._dynamo.reset()
+    with pytest.raises(NotImplementedError, match="'CPU' backend"):
+        torch.compile(f, fullgraph=True)(torch.randn(64, 256))

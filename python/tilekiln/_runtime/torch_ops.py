@@ -28,6 +28,10 @@ OP_FAMILY = {
 
 
 class _FamilyImportingNamespace(_OpNamespace):
+    # _OpNamespace names each op's module after the class's module; torch.compile's code generation
+    # finds ops again by that name, so it must be torch.ops.tilekiln as for a plain namespace.
+    __module__ = "torch.ops"
+
     def __getattr__(self, op_name):
         family = OP_FAMILY.get(op_name)
         if family is not None and family not in sys.modules:
