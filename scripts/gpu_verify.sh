@@ -63,10 +63,11 @@ PY
     files=()
     for ((j = i; j < ${#all_files[@]}; j += nproc_tests)); do files+=("${all_files[$j]}"); done
     [ ${#files[@]} -gt 0 ] || continue
-    (TILEKILN_TEST_INSTALLED=1 timeout -s INT "${GPU_TEST_TIMEOUT_S:-1800}" \
+    # (rc kept explicitly: under set -e a failing pytest would end the subshell before the rc line)
+    (rc=0; TILEKILN_TEST_INSTALLED=1 timeout -s INT "${GPU_TEST_TIMEOUT_S:-1800}" \
         $PY -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider --maxfail=200 \
-        --junitxml="$work/gpu_tests_$i.xml" ${PYTEST_ARGS:-} > "$work/gpu_tests_$i.log" 2>&1
-     echo "group $i rc=$? files: ${files[*]}" >> "$work/gpu_tests_$i.log") &
+        --junitxml="$work/gpu_tests_$i.xml" ${PYTEST_ARGS:-} > "$work/gpu_tests_$i.log" 2>&1 || rc=$?
+     echo "group $i rc=$rc files: ${files[*]}" >> "$work/gpu_tests_$i.log") &
     pids+=($!)
   done
   wait "${pids[@]}" || true  # a failing group must not stop the benchmarks
