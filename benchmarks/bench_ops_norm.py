@@ -48,6 +48,16 @@ def main():
             lambda packed=packed: q.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, round_sf=True,
                                                                     use_packed_ue8m0=packed),
             nbytes(x, w, qq, sf), ceiling))
+    # + the MegaMoE copy of the packed scales (a separate scatter here; its bytes counted as written once)
+    mega = torch.zeros((t, h // 128), dtype=torch.int32, device="cuda")
+    (qq, sf), _, _, _ = q.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, round_sf=True,
+                                                          use_packed_ue8m0=True, mega_moe_sf=mega, mega_moe_block_m=128)
+    records.append(bandwidth_record(
+        "norm_forward_and_per_token_cast", dict(T=t, H=h, dtype="bf16", fmt="e4m3", g=32, round_sf=True,
+                                                packed_ue8m0=True, residual=False, mega_moe_block_m=128),
+        lambda: q.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, round_sf=True, use_packed_ue8m0=True,
+                                                  mega_moe_sf=mega, mega_moe_block_m=128),
+        nbytes(x, w, qq, sf, mega), ceiling))
     (qq, sf), ob, _, ro = q.norm_forward_and_per_token_cast(x, w, 1e-6, "e4m3", 32, residual=r, with_out_bf16=True)
     records.append(bandwidth_record(
         "norm_forward_and_per_token_cast", dict(T=t, H=h, dtype="bf16", fmt="e4m3", g=32, residual=True,

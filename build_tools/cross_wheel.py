@@ -52,7 +52,9 @@ def cross_wheel(src, out_dir, arch, platform=None):
             record_name = next(n for n in zin.namelist() if n.endswith(".dist-info/RECORD"))
             records = []
             for info in zin.infolist():
-                if info.filename == record_name:
+                # (auditwheel repair writes directory entries; a wheel lists files only, and a directory in
+                # RECORD makes `auditwheel show` fail with IsADirectoryError)
+                if info.filename == record_name or info.is_dir():
                     continue
                 data = zin.read(info)
                 if info.filename == SHIM:

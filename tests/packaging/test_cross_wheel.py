@@ -24,6 +24,8 @@ def _fake_x86_wheel(folder):
              "tilekiln-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n"}
     whl = folder / "tilekiln-0.1.0-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(whl, "w") as z:
+        for folder_entry in ("tilekiln/", "tilekiln/_kernels/"):  # auditwheel repair writes directory entries
+            z.writestr(folder_entry, b"")
         for name, data in files.items():
             z.writestr(name, data)
         z.writestr("tilekiln-0.1.0.dist-info/RECORD", "")

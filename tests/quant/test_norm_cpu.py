@@ -42,9 +42,17 @@ CASES = [
     (_cast(num_per_channels=128), ValueError, "num_per_channels must be one of"),
     (_cast(use_packed_ue8m0=True), ValueError, "requires round_sf"),
     (_cast(round_sf=1), TypeError, "round_sf must be a bool"),
-    (_cast(mega_moe_sf=torch.zeros(4, 1, dtype=torch.int32), mega_moe_block_m=128, round_sf=True), ValueError,
-     "not supported by this TileKiln build"),
-    (_cast(mega_moe_block_m=64), ValueError, "not supported by this TileKiln build"),
+    (_cast(mega_moe_block_m=64), ValueError, "needs a mega_moe_sf buffer"),
+    (_cast(mega_moe_sf=torch.zeros(128, 1, dtype=torch.int32)), ValueError, "mega_moe_block_m must be a positive"),
+    (_cast(mega_moe_sf=torch.zeros(128, 1, dtype=torch.int32), mega_moe_block_m=64), ValueError,
+     "requires round_sf=True"),
+    (_cast(x=_x(4, 96), mega_moe_sf=torch.zeros(128, 1, dtype=torch.int32), mega_moe_block_m=64, round_sf=True),
+     ValueError, "multiple of 128"),
+    (_cast(mega_moe_sf=torch.zeros(128, 1), mega_moe_block_m=64, round_sf=True), TypeError, "mega_moe_sf has dtype"),
+    (_cast(mega_moe_sf=torch.zeros(127, 1, dtype=torch.int32), mega_moe_block_m=64, round_sf=True), ValueError,
+     r"shape \[>= 128, 1\]"),
+    (_cast(mega_moe_sf=torch.zeros(128, 2, dtype=torch.int32), mega_moe_block_m=64, round_sf=True), ValueError,
+     r"shape \[>= 128, 1\]"),
     (_cast(out_bf16=_x(4, 128)), ValueError, "with_out_bf16=False"),
     (_cast(with_out_bf16=True, out_bf16=torch.zeros(4, 128)), TypeError, "out_bf16 has dtype"),
     (_cast(out=(torch.zeros(4, 128).to(torch.float8_e4m3fn), torch.zeros(4, 3))), ValueError,
@@ -83,3 +91,16 @@ def test_norm_forward_is_registered_for_torch_compile():
         x = torch.empty(2, 3, 256, dtype=BF16)
         y, rstd, ro = torch.ops.tilekiln.norm_forward(x, None, 1e-6, x, 1.0)
         assert y.shape == x.shape and rstd.shape == (2, 3) and ro.shape == x.shape
+
+
+def test_mega_moe_rows_are_the_spec_layout():
+    """OPERATORS.md: chunks of bm tokens padded to 128 rows, each 128-row tile stored 4 x 32 transposed."""
+    from tilekiln.torch import mega_moe_sf_rows
+    for t, bm in ((300, 200), (512, 128), (5, 64), (1000, 384)):
+        rows, needed = mega_moe_sf_rows(t, bm)
+        assert needed == -(-t // bm) * (-(-bm // 128) * 128)
+        assert len(set(rows.tolist())) == t and int(rows.max()) < needed
+        for tok in range(t):
+            i = tok % bm
+            tile = (tok // bm) * (-(-bm // 128) * 128) + (i // 128) * 128
+            assert rows[tok] == tile + (i % 32) * 4 + (i % 128) // 32  # token i%128 = 32*q + r at row 4r + q

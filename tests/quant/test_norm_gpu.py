@@ -206,3 +206,26 @@ def test_norm_backward_small_token_counts(seed):
         edx, edw = norm_backward_ref(dy.cpu(), x.cpu(), w.cpu(), rstd.cpu(), num_partials=p)
         _same(dx, edx, f"x_grad T={t}")
         _same(dw, edw, f"weight_grad T={t}")
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("t,bm", [(45, 64), (300, 200), (1024, 256), (1, 128)])
+@pytest.mark.parametrize("col_major_view", [False, True])
+def test_norm_forward_and_cast_mega_moe_scales(seed, packed, t, bm, col_major_view):
+    """The MegaMoE copy of the packed UE8M0 scales, at the spec's rows of a poisoned buffer (given row-major or
+    as an M-major view); rows no token maps to keep their poison."""
+    from tilekiln.torch import mega_moe_sf_ref, mega_moe_sf_rows, pack_ue8m0
+    h = 1536
+    x, w = _rand((t, h), torch.bfloat16), _weight(h, torch.bfloat16)
+    _, needed = mega_moe_sf_rows(t, bm)
+    rows = needed + 3  # a larger buffer is fine
+    base = torch.full((h // 128, rows) if col_major_view else (rows, h // 128), -0x5A5A5A5B, dtype=torch.int32,
+                      device="cuda")
+    mega = base.t() if col_major_view else base
+    (q, sf), _, _, _ = tilekiln.quant.norm_forward_and_per_token_cast(
+        x, w, 1e-6, "e4m3", 32, round_sf=True, use_packed_ue8m0=packed, mega_moe_sf=mega, mega_moe_block_m=bm)
+    eo, _, _ = norm_forward_ref(x.cpu(), w.cpu(), 1e-6)
+    _, esf = ref_cast(eo, "e4m3", (1, 32), round_sf=True, use_packed_ue8m0=True)
+    expected = mega_moe_sf_ref(esf, torch.full((rows, h // 128), -0x5A5A5A5B, dtype=torch.int32), bm)
+    _same(mega, expected.to(mega.device), "mega_moe_sf")
+    _same(sf if packed else pack_ue8m0(sf), esf.to(sf.device), "scales")

@@ -20,8 +20,36 @@ GROUP = 32
 CTAS_PER_SM = {torch.bfloat16: 2, torch.float32: 1}
 _DTYPES = (torch.bfloat16, torch.float32)
 _NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
-_MEGA_MOE_MSG = ("mega_moe_sf / mega_moe_block_m (the MegaMoE scale layout) is not supported by this TileKiln "
-                 "build; pass mega_moe_sf=None and mega_moe_block_m=0 and repack the returned UE8M0 scales")
+_MEGA_MOE_ROWS = {}  # (tokens, block_m, device) -> (int64 rows on the device, rows the buffer needs)
+
+
+def _check_mega_moe(mega_moe_sf, mega_moe_block_m, round_sf, x, n):
+    """Validate the MegaMoE scale buffer; returns (rows, needed) or None when it is not requested."""
+    if mega_moe_sf is None:
+        if mega_moe_block_m != 0:
+            raise ValueError(f"mega_moe_block_m={mega_moe_block_m!r} needs a mega_moe_sf buffer; pass both or neither")
+        return None
+    if isinstance(mega_moe_block_m, bool) or not isinstance(mega_moe_block_m, numbers.Integral) \
+            or mega_moe_block_m <= 0:
+        raise ValueError(f"mega_moe_block_m must be a positive int with mega_moe_sf, got {mega_moe_block_m!r}")
+    if not round_sf:
+        raise ValueError("mega_moe_sf holds packed UE8M0 scales: it requires round_sf=True")
+    h = x.shape[-1]
+    if h % 128:
+        raise ValueError(f"mega_moe_sf requires a hidden size that is a multiple of 128, got {h}")
+    checks.tensor("mega_moe_sf", mega_moe_sf, (torch.int32,), ndim=2)
+    checks.same_device("mega_moe_sf", mega_moe_sf, "x", x)
+    key = (n, int(mega_moe_block_m), x.device)
+    if key not in _MEGA_MOE_ROWS:
+        if len(_MEGA_MOE_ROWS) >= 256:  # token counts vary call to call in serving: keep the cache bounded
+            _MEGA_MOE_ROWS.clear()
+        from tilekiln.torch.norm import mega_moe_sf_rows
+        _MEGA_MOE_ROWS[key] = mega_moe_sf_rows(n, int(mega_moe_block_m), x.device)
+    rows, needed = _MEGA_MOE_ROWS[key]
+    if mega_moe_sf.shape[1] != h // 128 or mega_moe_sf.shape[0] < needed:
+        raise ValueError(f"mega_moe_sf must be int32 of shape [>= {needed}, {h // 128}] for {n} tokens in chunks of "
+                         f"{mega_moe_block_m} (each padded to 128 rows); got {tuple(mega_moe_sf.shape)}")
+    return rows, needed
 
 
 def _vec(dtype):
@@ -171,8 +199,6 @@ def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, resid
                     ("use_packed_ue8m0", use_packed_ue8m0), ("with_out_bf16", with_out_bf16),
                     ("with_rstd", with_rstd)):
         checks.flag(name, v)
-    if mega_moe_sf is not None or mega_moe_block_m != 0:
-        raise ValueError(_MEGA_MOE_MSG)
     if use_packed_ue8m0 and not round_sf:
         raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
     if out_bf16 is not None and not with_out_bf16:
@@ -187,6 +213,7 @@ def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, resid
     k_blocks = _ceil_div(h, GROUP)
     k = _ceil_div(k_blocks, 4) if use_packed_ue8m0 else k_blocks
     sf_dtype = torch.int32 if use_packed_ue8m0 else torch.float32
+    mega = _check_mega_moe(mega_moe_sf, mega_moe_block_m, round_sf, x, n)
     if out is not None:
         if use_tma_aligned_col_major_sf:
             raise ValueError("out= takes row-major scales only; use_tma_aligned_col_major_sf must be False with out")
@@ -225,6 +252,11 @@ def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, resid
     kind = "e4m3_ue8m0" if use_packed_ue8m0 else "e4m3_fp32"
     _forward(x, weight, eps, residual, out_scale, y, ro, rstd, kind, q, sf2d, sf_strides, round_sf,
              config.get_amax_clamp_for_quant("e4m3", False))
+    if mega is not None and n:
+        # The MegaMoE copy of the packed UE8M0 scales: one scatter of T x H/128 words after the kernel (the
+        # peer writes them from the kernel; here it is a separate torch op of 4 bytes per 128 channels).
+        from tilekiln.torch.norm import pack_ue8m0
+        mega_moe_sf[mega[0]] = sf2d if use_packed_ue8m0 else pack_ue8m0(sf2d)
     return (q, sf), y, rstd, (ro if ro is not None else x)
 
 
