@@ -109,6 +109,30 @@ def build(p, arch):
     def row_in(row, num_rows):
         return True if mode == "full" else row < num_rows
 
+    @T.macro
+    def load_row(x, x_sf, pos_to_token, xr, xs, r, row, col, col_ok, hidden, num_rows, x_sf_stride_t,
+                 x_sf_stride_k):
+        """The x row of output row `row` into xr[r] (its scale into xs[r]); zeros for padding (-1) or
+        absent rows, so they neither raise the amax nor store non-zero data."""
+        if mode == "full":
+            if col_ok:
+                for i in T.vectorized(vec):
+                    xr[r, i] = x[T.Cast("int64", row) * hidden + col + i]
+                if quantized_in:
+                    xs[r] = in_scale(x_sf, row, col, x_sf_stride_t, x_sf_stride_k)
+        else:
+            src = source_row(row, num_rows, pos_to_token)
+            if col_ok and row < num_rows and src >= 0:
+                for i in T.vectorized(vec):
+                    xr[r, i] = x[T.Cast("int64", src) * hidden + col + i]
+                if quantized_in:
+                    xs[r] = in_scale(x_sf, src, col, x_sf_stride_t, x_sf_stride_k)
+            else:
+                for i in T.unroll(vec):
+                    xr[r, i] = T.Cast(in_dtype, 0)
+                if quantized_in:
+                    xs[r] = T.float32(0)
+
     x_numel, out_numel, sf_numel = T.dynamic("x_numel, out_numel, sf_numel")
     x_sf_numel, pos_numel = T.dynamic("x_sf_numel, pos_numel")
 
@@ -150,27 +174,8 @@ def build(p, arch):
                 amax[i] = T.float32(0)
             for grp in T.unroll(groups):
                 for r in T.unroll(group):
-                    row = tb * gm + warp * rows + grp * group + r
-                    # The x row of output row `row` into xr[r] (its scale into xs[r]); zeros for padding
-                    # (-1) or absent rows, so they neither raise the amax nor store non-zero data.
-                    if mode == "full":
-                        if col_ok:
-                            for i in T.vectorized(vec):
-                                xr[r, i] = x[T.Cast("int64", row) * hidden + col + i]
-                            if quantized_in:
-                                xs[r] = in_scale(x_sf, row, col, x_sf_stride_t, x_sf_stride_k)
-                    else:
-                        src = source_row(row, num_rows, pos_to_token)
-                        if col_ok and row < num_rows and src >= 0:
-                            for i in T.vectorized(vec):
-                                xr[r, i] = x[T.Cast("int64", src) * hidden + col + i]
-                            if quantized_in:
-                                xs[r] = in_scale(x_sf, src, col, x_sf_stride_t, x_sf_stride_k)
-                        else:
-                            for i in T.unroll(vec):
-                                xr[r, i] = T.Cast(in_dtype, 0)
-                            if quantized_in:
-                                xs[r] = T.float32(0)
+                    load_row(x, x_sf, pos_to_token, xr, xs, r, tb * gm + warp * rows + grp * group + r, col,
+                             col_ok, hidden, num_rows, x_sf_stride_t, x_sf_stride_k)
                 for r in T.unroll(group):
                     if quantized_in:  # |d * s| = |d| * s (s >= 0), per column: rows have their own s
                         for i in T.unroll(vec):
@@ -212,26 +217,8 @@ def build(p, arch):
                 for r in T.unroll(group):
                     row = tb * gm + warp * rows + grp * group + r
                     if groups > 1:  # one group stays in registers; more are read again (L2 hits)
-                        # The x row of output row `row` into xr[r] (its scale into xs[r]); zeros for padding
-                        # (-1) or absent rows, so they neither raise the amax nor store non-zero data.
-                        if mode == "full":
-                            if col_ok:
-                                for i in T.vectorized(vec):
-                                    xr[r, i] = x[T.Cast("int64", row) * hidden + col + i]
-                                if quantized_in:
-                                    xs[r] = in_scale(x_sf, row, col, x_sf_stride_t, x_sf_stride_k)
-                        else:
-                            src = source_row(row, num_rows, pos_to_token)
-                            if col_ok and row < num_rows and src >= 0:
-                                for i in T.vectorized(vec):
-                                    xr[r, i] = x[T.Cast("int64", src) * hidden + col + i]
-                                if quantized_in:
-                                    xs[r] = in_scale(x_sf, src, col, x_sf_stride_t, x_sf_stride_k)
-                            else:
-                                for i in T.unroll(vec):
-                                    xr[r, i] = T.Cast(in_dtype, 0)
-                                if quantized_in:
-                                    xs[r] = T.float32(0)
+                        load_row(x, x_sf, pos_to_token, xr, xs, r, row, col, col_ok, hidden, num_rows,
+                                 x_sf_stride_t, x_sf_stride_k)
                     if col_ok and row_in(row, num_rows):
                         if quantized_in:  # one multiplier per element: x_sf * sf_inv (OPERATORS.md §2.1)
                             for i in T.unroll(vec):

@@ -44,21 +44,29 @@ def _check_fp8_pair(x, num_per_channels, allowed_g=IN_BLOCKS):
     return data, x_sf
 
 
-def check_args(x, fmt, num_per_tokens, round_sf, num_per_channels, use_packed_ue8m0):
-    """Every check that needs no GPU (shared by the op and its fake). Returns (data, x_sf or None)."""
+def _check_common(x, fmt, num_per_tokens, round_sf, num_per_channels, plain_dtypes, in_blocks, token_blocks):
+    """The checks per_channel_cast and per_channel_cast_fused share. Returns (data, x_sf or None)."""
     if isinstance(x, (tuple, list)):
-        data, x_sf = _check_fp8_pair(x, num_per_channels)
+        data, x_sf = _check_fp8_pair(x, num_per_channels, in_blocks)
     else:
         if num_per_channels is not None:
+            names = "/".join({torch.bfloat16: "bf16", torch.float32: "fp32"}[d] for d in plain_dtypes)
             raise ValueError(f"num_per_channels describes a pre-quantized input's scale blocks and must be None "
-                             f"for bf16/fp32 x, got {num_per_channels!r}")
-        checks.tensor("x", x, tuple(_IN), ndim=2)
+                             f"for {names} x, got {num_per_channels!r}")
+        checks.tensor("x", x, plain_dtypes, ndim=2)
         data, x_sf = x, None
     checks.choice("fmt", fmt, FORMATS)
     if isinstance(num_per_tokens, bool) or not isinstance(num_per_tokens, int):
         raise TypeError(f"num_per_tokens must be an int, got {type(num_per_tokens).__name__}")
-    checks.choice("num_per_tokens", num_per_tokens, TOKEN_BLOCKS)
+    checks.choice("num_per_tokens", num_per_tokens, token_blocks)
     checks.flag("round_sf", round_sf)
+    return data, x_sf
+
+
+def check_args(x, fmt, num_per_tokens, round_sf, num_per_channels, use_packed_ue8m0):
+    """Every check that needs no GPU (shared by the op and its fake). Returns (data, x_sf or None)."""
+    data, x_sf = _check_common(x, fmt, num_per_tokens, round_sf, num_per_channels, tuple(_IN), IN_BLOCKS,
+                               TOKEN_BLOCKS)
     checks.flag("use_packed_ue8m0", use_packed_ue8m0)
     if use_packed_ue8m0 and not round_sf:
         raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
@@ -119,19 +127,8 @@ FUSED_IN_BLOCKS = (128,)
 
 def check_fused(x, fmt, num_per_tokens, round_sf, num_per_channels, pos_to_token):
     """v1 per_channel_cast_fused checks that need no GPU. Returns (data, x_sf or None, rows)."""
-    if isinstance(x, (tuple, list)):
-        data, x_sf = _check_fp8_pair(x, num_per_channels, FUSED_IN_BLOCKS)
-    else:
-        if num_per_channels is not None:
-            raise ValueError(f"num_per_channels describes a pre-quantized input's scale blocks and must be None "
-                             f"for bf16 x, got {num_per_channels!r}")
-        checks.tensor("x", x, (torch.bfloat16,), ndim=2)
-        data, x_sf = x, None
-    checks.choice("fmt", fmt, FORMATS)
-    if isinstance(num_per_tokens, bool) or not isinstance(num_per_tokens, int):
-        raise TypeError(f"num_per_tokens must be an int, got {type(num_per_tokens).__name__}")
-    checks.choice("num_per_tokens", num_per_tokens, FUSED_TOKEN_BLOCKS)
-    checks.flag("round_sf", round_sf)
+    data, x_sf = _check_common(x, fmt, num_per_tokens, round_sf, num_per_channels, (torch.bfloat16,),
+                               FUSED_IN_BLOCKS, FUSED_TOKEN_BLOCKS)
     t, h = data.shape
     if h % 128:
         raise ValueError(f"x must have H % 128 == 0, got shape {tuple(data.shape)}")
