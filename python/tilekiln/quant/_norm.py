@@ -256,7 +256,7 @@ def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, resid
         # The MegaMoE copy of the packed UE8M0 scales: one scatter of T x H/128 words after the kernel (the
         # peer writes them from the kernel; here it is a separate torch op of 4 bytes per 128 channels).
         from tilekiln.torch.norm import pack_ue8m0
-        mega_moe_sf[mega[0]] = sf2d if use_packed_ue8m0 else pack_ue8m0(sf2d)
+        mega_moe_sf.index_copy_(0, mega[0], sf2d if use_packed_ue8m0 else pack_ue8m0(sf2d))
     return (q, sf), y, rstd, (ro if ro is not None else x)
 
 
