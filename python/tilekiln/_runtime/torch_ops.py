@@ -1,9 +1,9 @@
 """``torch.ops.tilekiln.<op>`` right after ``import tilekiln``.
 
-The op families register their torch.library ops when they are imported, and they are imported lazily
-(a first call pays only for its own family: importing all three costs ~60 ms). So that a graph or a
-script that names ``torch.ops.tilekiln.topk_gate`` still finds it, ``import tilekiln`` installs a
-namespace object that imports the owning family on the first lookup of one of its ops.
+The op families register their torch.library ops when they are imported, and they are imported lazily:
+a first call pays only for its own family (importing all three took 56-70 ms on the CPU build machine).
+So that a graph or a script that names ``torch.ops.tilekiln.topk_gate`` still finds it, ``import tilekiln``
+installs a namespace object that imports the owning family on the first lookup of one of its ops.
 tests/runtime/test_torch_ops_namespace.py keeps OP_FAMILY equal to the ops the families register.
 """
 import importlib
