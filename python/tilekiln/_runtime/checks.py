@@ -43,6 +43,23 @@ def flag(name, value):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
+def scale_flags(round_sf, use_packed_ue8m0, **other_flags):
+    """The scale options of the casts: each a bool, and packed UE8M0 only with power-of-two scales."""
+    for name, v in (("round_sf", round_sf), ("use_packed_ue8m0", use_packed_ue8m0), *other_flags.items()):
+        flag(name, v)
+    if use_packed_ue8m0 and not round_sf:
+        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+
+
+def out_pair(out, use_tma_aligned_col_major_sf):
+    """(data, sf) of a caller's out= buffers; their scales are row-major, so col-major is refused."""
+    if use_tma_aligned_col_major_sf:
+        raise ValueError("out= takes row-major scales only; use_tma_aligned_col_major_sf must be False with out")
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TypeError("out must be a (data, sf) tuple of preallocated tensors")
+    return out
+
+
 # Synchronize after each kernel that reports errors through host-mapped flags and raise at once
 # (TILEKILN_SYNC_CHECKS=1 or tilekiln.moe.set_sync_checks); shared by the routing and quant ops.
 sync_checks = [os.environ.get("TILEKILN_SYNC_CHECKS", "0") == "1"]

@@ -40,17 +40,13 @@ def per_token_cast_to_e5m6(x, num_per_channels, use_tma_aligned_col_major_sf=Fal
     checks.tensor("x", x, tuple(_DTYPES), ndim=2)
     t, h = x.shape
     _check_int("num_per_channels", num_per_channels)
-    for n, v in (("use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf), ("round_sf", round_sf),
-                 ("use_packed_ue8m0", use_packed_ue8m0)):
-        checks.flag(n, v)
+    checks.scale_flags(round_sf, use_packed_ue8m0, use_tma_aligned_col_major_sf=use_tma_aligned_col_major_sf)
     if h % 8 or h == 0:
         raise ValueError(f"x.shape[1] (hidden) must be a positive multiple of 8 for E5M6 (8 values per 12 bytes), "
                          f"got {h}")
     if num_per_channels != h:
         raise ValueError(f"E5M6 uses one scale per token: num_per_channels must equal the hidden size {h}, "
                          f"got {num_per_channels}")
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
     if x.stride(1) != 1 or (t > 1 and x.stride(0) % 8):
         raise ValueError(f"x must have inner stride 1 and a row stride that is a multiple of 8 elements; "
                          f"got strides {tuple(x.stride())}")

@@ -83,11 +83,7 @@ def _check(x, fmt, x_block_size, out_block_size, col_major, round_sf, packed):
     bi, bo = _block("x_block_size", x_block_size), _block("out_block_size", out_block_size)
     if bo[0] % bi[0] or bo[1] % bi[1]:
         raise ValueError(f"out_block_size {bo} must be a multiple of x_block_size {bi}")
-    for n, v in (("use_tma_aligned_col_major_sf", col_major), ("round_sf", round_sf),
-                 ("use_packed_ue8m0", packed)):
-        checks.flag(n, v)
-    if packed and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    checks.scale_flags(round_sf, packed, use_tma_aligned_col_major_sf=col_major)
     data, sf = x
     checks.tensor("x[0] (data)", data, (torch.int8,), ndim=2)
     t, h = data.shape[0], data.shape[1] * 2

@@ -9,6 +9,7 @@ import torch
 
 from tilekiln import config
 from tilekiln._runtime import checks, launch
+from tilekiln.quant._per_token import _sf_storage
 
 FWD_OP, FWD_PARAMS = "norm_forward", ("x_dtype", "out_kind")
 BWD_OP, BWD_PARAMS = "norm_backward", ("stage", "dtype")
@@ -172,17 +173,6 @@ def norm_forward(x, weight, eps, residual=None, out_scale=1.0, out=None, residua
     return y, rstd, (ro if ro is not None else x)
 
 
-def _cast_sf(n, k_blocks, packed, col_major, device):
-    """Fresh scale tensor [n, k] (fp32) or [n, ceil(k/4)] (int32 packed), optionally TMA col-major."""
-    k = _ceil_div(k_blocks, 4) if packed else k_blocks
-    dtype = torch.int32 if packed else torch.float32
-    alloc = torch.zeros if packed and k_blocks % 4 else torch.empty  # packed pad bytes are zero
-    if col_major:
-        a = _ceil_div(n, 4) * 4  # 16 bytes of 4-byte scales
-        return alloc((k, max(a, 1)), dtype=dtype, device=device).t()[:n]
-    return alloc((n, k), dtype=dtype, device=device)
-
-
 def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, residual=None, out_scale=1.0,
                                    use_tma_aligned_col_major_sf=False, round_sf=False, use_packed_ue8m0=False,
                                    with_out_bf16=False, out=None, out_bf16=None, residual_out=None, mega_moe_sf=None,
@@ -195,12 +185,8 @@ def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, resid
     eps, out_scale = _check_inputs(x, weight, eps, residual, out_scale)
     checks.choice("fmt", fmt, ("e4m3",))
     checks.choice("num_per_channels", num_per_channels, (GROUP,))
-    for name, v in (("use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf), ("round_sf", round_sf),
-                    ("use_packed_ue8m0", use_packed_ue8m0), ("with_out_bf16", with_out_bf16),
-                    ("with_rstd", with_rstd)):
-        checks.flag(name, v)
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    checks.scale_flags(round_sf, use_packed_ue8m0, use_tma_aligned_col_major_sf=use_tma_aligned_col_major_sf,
+                       with_out_bf16=with_out_bf16, with_rstd=with_rstd)
     if out_bf16 is not None and not with_out_bf16:
         raise ValueError("out_bf16 is given but with_out_bf16=False; set with_out_bf16=True to write it")
     if residual_out is not None and residual is None:
@@ -215,11 +201,7 @@ def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, resid
     sf_dtype = torch.int32 if use_packed_ue8m0 else torch.float32
     mega = _check_mega_moe(mega_moe_sf, mega_moe_block_m, round_sf, x, n)
     if out is not None:
-        if use_tma_aligned_col_major_sf:
-            raise ValueError("out= takes row-major scales only; use_tma_aligned_col_major_sf must be False with out")
-        if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise TypeError("out must be a (data, sf) tuple of preallocated tensors")
-        q, sf = out
+        q, sf = checks.out_pair(out, use_tma_aligned_col_major_sf)
         _check_out("out[0]", q, x, torch.float8_e4m3fn)
         checks.tensor("out[1]", sf, (sf_dtype,))
         checks.same_device("out[1]", sf, "x", x)
@@ -238,7 +220,7 @@ def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, resid
         sf2d = sf.view(n, k)
     else:
         q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-        sf2d = _cast_sf(n, k_blocks, use_packed_ue8m0, use_tma_aligned_col_major_sf, x.device)
+        sf2d = _sf_storage(n, k_blocks, sf_dtype, use_tma_aligned_col_major_sf, x.device, use_packed_ue8m0)
         sf = sf2d.view(lead + (k,))
     s0, s1 = sf2d.stride()
     sf_strides = (4 * s0, 4 * s1) if use_packed_ue8m0 else (s0, s1)

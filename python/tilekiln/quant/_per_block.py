@@ -32,11 +32,7 @@ def _check_block(block_size):
 def _check_options(fmt, block_size, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0):
     checks.choice("fmt", fmt, FORMATS)
     block = _check_block(block_size)
-    for n, v in (("use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf), ("round_sf", round_sf),
-                 ("use_packed_ue8m0", use_packed_ue8m0)):
-        checks.flag(n, v)
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    checks.scale_flags(round_sf, use_packed_ue8m0, use_tma_aligned_col_major_sf=use_tma_aligned_col_major_sf)
     return block
 
 
@@ -120,11 +116,7 @@ def _per_block_cast(x, fmt, block_size, use_tma_aligned_col_major_sf=False, roun
     vec = _check_x(x)
     block = _check_options(fmt, block_size, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
     if out is not None:
-        if use_tma_aligned_col_major_sf:
-            raise ValueError("out= takes row-major scales only; use_tma_aligned_col_major_sf must be False with out")
-        if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise TypeError("out must be a (data, sf) tuple of preallocated tensors")
-        q, sf = out
+        q, sf = checks.out_pair(out, use_tma_aligned_col_major_sf)
         _check_q(q, x, fmt)
         _check_sf_out(sf, x, block, use_packed_ue8m0, "out[1]")
     else:

@@ -67,9 +67,7 @@ def check_args(x, fmt, num_per_tokens, round_sf, num_per_channels, use_packed_ue
     """Every check that needs no GPU (shared by the op and its fake). Returns (data, x_sf or None)."""
     data, x_sf = _check_common(x, fmt, num_per_tokens, round_sf, num_per_channels, tuple(_IN), IN_BLOCKS,
                                TOKEN_BLOCKS)
-    checks.flag("use_packed_ue8m0", use_packed_ue8m0)
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    checks.scale_flags(round_sf, use_packed_ue8m0)
     t, h = data.shape
     if t % 128 or h % 128:
         raise ValueError(f"x must have T % 128 == 0 and H % 128 == 0, got shape {tuple(data.shape)}")

@@ -41,13 +41,10 @@ def _ceil_div(a, b):
 def _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf):
     checks.choice("fmt", fmt, FORMATS)
     checks.choice("num_per_channels", num_per_channels, CHANNEL_BLOCKS)
-    for n, v in (("round_sf", round_sf), ("use_packed_ue8m0", use_packed_ue8m0), ("use_e4m3_sf", use_e4m3_sf),
-                 ("use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf)):
-        checks.flag(n, v)
+    checks.scale_flags(round_sf, use_packed_ue8m0, use_e4m3_sf=use_e4m3_sf,
+                       use_tma_aligned_col_major_sf=use_tma_aligned_col_major_sf)
     if round_sf and use_e4m3_sf:
         raise ValueError("round_sf and use_e4m3_sf cannot both be set (power-of-two vs E4M3 scales)")
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
 
 
 def _check_x(x, x_block_size=None):
@@ -271,11 +268,7 @@ def _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_
     t, h = src.t, src.h
     checks.cuda("x", src.data)
     if out is not None:
-        if use_tma_aligned_col_major_sf:
-            raise ValueError("out= takes row-major scales only; use_tma_aligned_col_major_sf must be False with out")
-        if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise TypeError("out must be a (data, sf) tuple of preallocated tensors")
-        q, sf = out
+        q, sf = checks.out_pair(out, use_tma_aligned_col_major_sf)
         _check_q(q, src, fmt)
         _check_sf_out(sf, src, num_per_channels, kind, "out[1]")
     else:

@@ -100,11 +100,7 @@ def swiglu_forward_and_per_token_cast(x, fmt, num_per_channels, psum_num_tokens_
     n, hidden, vec = _check_x(x)
     checks.choice("fmt", fmt, QUANT_FORMATS)
     checks.choice("num_per_channels", num_per_channels, CHANNEL_BLOCKS)
-    for name, v in (("use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf), ("round_sf", round_sf),
-                    ("use_packed_ue8m0", use_packed_ue8m0)):
-        checks.flag(name, v)
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    checks.scale_flags(round_sf, use_packed_ue8m0, use_tma_aligned_col_major_sf=use_tma_aligned_col_major_sf)
     _check_routing(x, n, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor)
     _check_clamp(x, clamp_value, clamped_count)
     sf_kind = "ue8m0" if use_packed_ue8m0 else "fp32"

@@ -94,11 +94,7 @@ def _check_quant(x, act_x_grad, fmt, num_per_channels, psum, topk_weights, route
     checks.tensor("x[0]", data, (torch.float8_e4m3fn,))
     checks.choice("fmt", fmt, QUANT_FORMATS)
     checks.choice("num_per_channels", num_per_channels, CHANNEL_BLOCKS)
-    for name, v in (("use_tma_aligned_col_major_sf", use_tma_aligned_col_major_sf), ("round_sf", round_sf),
-                    ("use_packed_ue8m0", use_packed_ue8m0)):
-        checks.flag(name, v)
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    checks.scale_flags(round_sf, use_packed_ue8m0, use_tma_aligned_col_major_sf=use_tma_aligned_col_major_sf)
     hidden = _hidden_of("x[0]", data)
     if hidden % num_per_channels:
         raise ValueError(f"I = {hidden} must be a multiple of num_per_channels = {num_per_channels}")
@@ -208,8 +204,7 @@ def _(x_data, x_sf, act_x_grad, fmt, num_per_channels, psum_num_tokens_per_exper
       routed_scaling_factor, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, clamp_value, do_recompute):
     checks.choice("fmt", fmt, QUANT_FORMATS)
     checks.choice("num_per_channels", num_per_channels, CHANNEL_BLOCKS)
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    checks.scale_flags(round_sf, use_packed_ue8m0)
     hidden = _hidden_of("x[0]", x_data)
     n = x_data.numel() // (2 * hidden)
     _, x_grad, q, sf, wg, act_out = _alloc_quant(n, hidden, num_per_channels, use_tma_aligned_col_major_sf,
@@ -261,8 +256,7 @@ def _(x, fmt, num_per_channels, psum_num_tokens_per_expert, topk_weights, routed
       use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, clamp_value, clamped_count):
     checks.choice("fmt", fmt, _swiglu.QUANT_FORMATS)
     checks.choice("num_per_channels", num_per_channels, _swiglu.CHANNEL_BLOCKS)
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    checks.scale_flags(round_sf, use_packed_ue8m0)
     n, hidden = x.shape[0], x.shape[1] // 2
     kind = "ue8m0" if use_packed_ue8m0 else "fp32"
     q = torch.empty((n, hidden), dtype=torch.float8_e4m3fn, device=x.device)

@@ -20,6 +20,7 @@ import torch
 from .quant import (
     _BACK_FMTS,
     _canonicalize_nan,
+    _check_scale_flags,
     _ceil_log2_exponent,
     _const,
     _exp2_exact,
@@ -114,8 +115,7 @@ def cast_to_e5m6(x, num_per_channels=None, round_sf=False, use_tma_aligned_col_m
         raise ValueError(f'E5M6 packs 8 values into 12 bytes: H must be a positive multiple of 8, got {h}')
     if num_per_channels is not None and num_per_channels != h:
         raise ValueError(f'E5M6 scales whole rows: num_per_channels must equal H={h}, got {num_per_channels}')
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError('use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)')
+    _check_scale_flags(round_sf, use_packed_ue8m0, False)
     clamp = E5M6_CLAMP_MIN if clamp_min_value is None else float(clamp_min_value)
     v = x.float()
     a = v.abs()

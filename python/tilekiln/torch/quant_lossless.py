@@ -15,7 +15,7 @@ Imports only torch.
 """
 import torch
 
-from .quant import _e2m1_table, _pack_ue8m0, _to_e4m3, _to_tma_col_major, _unpack_ue8m0
+from .quant import _check_scale_flags, _e2m1_table, _pack_ue8m0, _to_e4m3, _to_tma_col_major, _unpack_ue8m0
 
 MAX_SHIFT = 6  # e2m1 max 6 * 2^6 = 384 <= 448
 MAX_SPREAD = 11  # e - E >= -5 keeps 0.5 * 2^(e - E) an e4m3 normal
@@ -73,8 +73,7 @@ def per_block_cast_lossless_ref(x, fmt, x_block_size, out_block_size, use_tma_al
     bi, bo = _pair("x_block_size", x_block_size), _pair("out_block_size", out_block_size)
     if bo[0] % bi[0] or bo[1] % bi[1]:
         raise ValueError(f"out_block_size {bo} must be a multiple of x_block_size {bi}")
-    if use_packed_ue8m0 and not round_sf:
-        raise ValueError("use_packed_ue8m0=True requires round_sf=True (UE8M0 holds powers of two only)")
+    _check_scale_flags(round_sf, use_packed_ue8m0, False)
     data, sf = x
     if not isinstance(data, torch.Tensor) or data.dtype != torch.int8 or data.dim() != 2:
         raise TypeError("x[0] (data) must be a 2-D torch.int8 tensor of packed e2m1")
