@@ -99,24 +99,42 @@ def nbytes(*ts):
     return sum(t.numel() * t.element_size() for t in ts)
 
 
+def start(description, **sizes):
+    """What every benchmark script begins with: ``--out`` and integer size options (``sizes`` gives their
+    defaults), a fixed seed, and the copy ceiling of this run (printed). Returns (args, ceiling GB/s)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--out", required=True)
+    for name, default in sizes.items():
+        p.add_argument(f"--{name}", type=int, default=default)
+    args = p.parse_args()
+    torch.manual_seed(0)
+    ceiling = copy_ceiling_gbs()
+    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
+    return args, ceiling
+
+
+def write_results(path, ceiling, records):
+    """The results file make_results_table.py reads: run metadata, this run's copy ceiling, the records."""
+    import tilekiln
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "driver": tilekiln._runtime.driver.get_driver().version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "tilekiln": tilekiln.__version__, "command": " ".join(sys.argv)}
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "copy_ceiling_gbs": ceiling, "records": records}, f, indent=1)
+
+
 def main():
     import tilekiln
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--tokens", type=int, default=16384)
-    args = p.parse_args()
+    args, ceiling = start(__doc__, tokens=16384)
     T, H = args.tokens, 7168
-    torch.manual_seed(0)
     records = []
-    ceiling = copy_ceiling_gbs()
-    records.append({"name": "copy_ceiling", "bandwidth_gbs": ceiling})
 
-    def bw_record(name, fn, outputs_fn, inputs, params):
-        t = graph_time_us(fn)
-        moved = nbytes(*inputs, *outputs_fn())
-        gbs = moved / t / 1e3
-        records.append({"name": name, "params": params, "time_us": round(t, 2), "bytes": moved,
-                        "bandwidth_gbs": round(gbs, 1), "pct_of_copy": round(100 * gbs / ceiling, 1)})
+    def bw_record(name, fn, out, inputs, params):
+        records.append(bandwidth_record(name, params, fn, nbytes(*inputs, *out), ceiling))
+
+    def keep(rec):
+        records.append(rec)
+        print(json.dumps(rec), flush=True)
 
     x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)
     for fmt, g, opts in [("e4m3", 128, {}), ("e4m3", 128, {"round_sf": True, "use_packed_ue8m0": True,
@@ -124,37 +142,31 @@ def main():
                          ("e2m1", 32, {}), ("e2m1", 32, {"use_e4m3_sf": True}),
                          ("e2m1", 32, {"round_sf": True, "use_packed_ue8m0": True})]:
         out = tilekiln.quant.per_token_cast(x, fmt, g, **opts)
-        bw_record("per_token_cast", lambda: tilekiln.quant.per_token_cast(x, fmt, g, **opts), lambda: out, (x,),
+        bw_record("per_token_cast", lambda: tilekiln.quant.per_token_cast(x, fmt, g, **opts), out, (x,),
                   {"T": T, "H": H, "in": "bf16", "fmt": fmt, "g": g, **opts})
     x32 = torch.randn(T, H, device="cuda")
     out = tilekiln.quant.per_token_cast(x32, "e4m3", 128)
-    bw_record("per_token_cast", lambda: tilekiln.quant.per_token_cast(x32, "e4m3", 128), lambda: out, (x32,),
+    bw_record("per_token_cast", lambda: tilekiln.quant.per_token_cast(x32, "e4m3", 128), out, (x32,),
               {"T": T, "H": H, "in": "fp32", "fmt": "e4m3", "g": 128})
 
     for e, k in [(256, 8), (384, 8), (128, 8)]:
         scores = torch.randn(T, e, device="cuda")
         idx = tilekiln.moe.topk_gate(scores, k)
-        bw_record("topk_gate", lambda: tilekiln.moe.topk_gate(scores, k), lambda: (idx,), (scores,),
+        bw_record("topk_gate", lambda: tilekiln.moe.topk_gate(scores, k), (idx,), (scores,),
                   {"T": T, "E": e, "K": k})
 
     xs = torch.randn(128, H, device="cuda", dtype=torch.bfloat16)
     ss = torch.randn(128, 256, device="cuda")
-    records.append({"name": "host_time_per_call", "params": {"op": "per_token_cast", "T": 128},
-                    "time_us": round(host_time_us(lambda: tilekiln.quant.per_token_cast(xs, "e4m3", 128)), 2)})
-    records.append({"name": "host_time_per_call", "params": {"op": "topk_gate", "T": 128},
-                    "time_us": round(host_time_us(lambda: tilekiln.moe.topk_gate(ss, 8)), 2)})
-    records.append({"name": "host_time_per_call", "params": {"op": "torch.empty_like (floor)", "T": 128},
-                    "time_us": round(host_time_us(lambda: torch.empty_like(xs)), 2)})
+    keep({"name": "host_time_per_call", "params": {"op": "per_token_cast", "T": 128},
+          "time_us": round(host_time_us(lambda: tilekiln.quant.per_token_cast(xs, "e4m3", 128)), 2)})
+    keep({"name": "host_time_per_call", "params": {"op": "topk_gate", "T": 128},
+          "time_us": round(host_time_us(lambda: tilekiln.moe.topk_gate(ss, 8)), 2)})
+    keep({"name": "host_time_per_call", "params": {"op": "torch.empty_like (floor)", "T": 128},
+          "time_us": round(host_time_us(lambda: torch.empty_like(xs)), 2)})
     for op in ("per_token_cast", "topk_gate"):
-        records.append({"name": "first_call_fresh_process", "params": {"op": op}, "time_s": round(first_call_s(op), 4)})
+        keep({"name": "first_call_fresh_process", "params": {"op": op}, "time_s": round(first_call_s(op), 4)})
 
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "driver": tilekiln._runtime.driver.get_driver().version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "tilekiln": tilekiln.__version__, "command": " ".join(sys.argv)}
-    with open(args.out, "w") as f:
-        json.dump({"meta": meta, "records": records}, f, indent=1)
-    for r in records:
-        print(json.dumps(r))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

@@ -8,28 +8,20 @@ T=16384, H=7168. Bytes = each input read once + each output written once
 (OPERATORS.md §3.2: cast n*(b_in + b_out); per_channel_cast T*H*b_in + T*H + (T/gm)*H*s).
 The copy ceiling is measured in the same run.
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 import tilekiln  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--hidden", type=int, default=7168)
-    args = ap.parse_args()
+    args, ceiling = start(__doc__, tokens=16384, hidden=7168)
     t, h = args.tokens, args.hidden
-    ceiling = copy_ceiling_gbs()
-    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
     records = []
     x32 = torch.randn(t, h, device="cuda")
     x16 = x32.bfloat16()
@@ -47,7 +39,7 @@ def main():
             lambda packed=packed: tilekiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed,
                                                                   use_packed_ue8m0=packed),
             nbytes(x16, q, sf), ceiling))
-    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

@@ -7,38 +7,24 @@ expand_to_fused (bf16 and e4m3 + fp32 scales, H=7168), reduce_fused (bf16 -> bf1
 e4m3 + x_sf -> e4m3, fp32; H=7168, K=8). Bytes = each input read once + each output written once
 (OPERATORS.md §3.1 (B)); % of the copy ceiling measured in the same run (target >= 85%).
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 
 def main():
     import tilekiln
     moe = tilekiln.moe
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--tokens", type=int, default=16384)
-    args = p.parse_args()
+    args, ceiling = start(__doc__, tokens=16384)
     t, k, h = args.tokens, 8, 7168
-    torch.manual_seed(0)
-    ceiling = copy_ceiling_gbs()
-    records = [{"name": "copy_ceiling", "bandwidth_gbs": ceiling}]
+    records = []
 
     def record(name, fn, moved, params, target_us=None):
-        us = graph_time_us(fn)
-        gbs = moved / us / 1e3
-        r = {"name": name, "params": params, "time_us": round(us, 2), "bytes": moved,
-             "bandwidth_gbs": round(gbs, 1), "pct_of_copy": round(100 * gbs / ceiling, 1)}
-        if target_us is not None:
-            r["target_us"] = target_us
-        records.append(r)
-        print(json.dumps(r), flush=True)
+        records.append(bandwidth_record(name, params, fn, moved, ceiling, target_us=target_us))
 
     def routing(e):
         return torch.stack([torch.randperm(e, device="cuda")[:k] for _ in range(t)]).to(torch.int64) if e >= k \
@@ -78,7 +64,7 @@ def main():
         record("reduce_fused", lambda arg=arg, fmt=fmt, s=s: moe.reduce_fused(arg, w, t2p, fmt, s), moved,
                {"T": t, "K": k, "H": h, "N": n, "variant": name})
 
-    Path(args.out).write_text(json.dumps(records, indent=1))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

@@ -9,15 +9,13 @@ batched_transpose_weight_sf: the fp32 128 x 128 scales of one MoE layer's expert
 Bytes = each input read once + each output written once (OPERATORS.md §3.2). The copy ceiling
 is measured in the same run.
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 import tilekiln  # noqa: E402
 
@@ -33,16 +31,9 @@ def _mxfp4(t, h, packed):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--hidden", type=int, default=7168)
-    ap.add_argument("--experts", type=int, default=256)
-    args = ap.parse_args()
+    args, ceiling = start(__doc__, tokens=16384, hidden=7168, experts=256)
     t, h = args.tokens, args.hidden
     Q = tilekiln.quant
-    ceiling = copy_ceiling_gbs()
-    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
     records = []
     for packed in (False, True):
         x = _mxfp4(t, h, packed)
@@ -66,7 +57,7 @@ def main():
         "batched_transpose_weight_sf_outs", dict(G=g, weights=[[2 * 2048, h], [h, 2048]], block_size=bs),
         lambda: Q.batched_transpose_weight_sf(sf, bs, [False, True], outs), moved, ceiling))
     Q.check_errors()
-    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

@@ -6,38 +6,23 @@ Records: top2_sum_gate (T=16384, E=256, 8 groups, top-4 groups, K=8; target <= 1
 normalize_weight (T=16384, K=8), batched_transpose / transpose (e4m3, bf16, fp32; bytes
 = input read once + output written once, with % of the copy ceiling measured in the same run).
 """
-import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 
 def main():
     import tilekiln
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--tokens", type=int, default=16384)
-    args = p.parse_args()
+    args, ceiling = start(__doc__, tokens=16384)
     T = args.tokens
-    torch.manual_seed(0)
-    ceiling = copy_ceiling_gbs()
-    records = [{"name": "copy_ceiling", "bandwidth_gbs": ceiling}]
+    records = []
 
     def record(name, fn, inputs, outputs, params, target_us=None):
-        t = graph_time_us(fn)
-        moved = nbytes(*inputs, *outputs)
-        gbs = moved / t / 1e3
-        r = {"name": name, "params": params, "time_us": round(t, 2), "bytes": moved, "bandwidth_gbs": round(gbs, 1),
-             "pct_of_copy": round(100 * gbs / ceiling, 1)}
-        if target_us is not None:
-            r["target_us"] = target_us
-        records.append(r)
+        records.append(bandwidth_record(name, params, fn, nbytes(*inputs, *outputs), ceiling, target_us=target_us))
 
     e = 256
     logits = torch.randn(T, e, device="cuda")
@@ -76,13 +61,7 @@ def main():
         record("transpose", lambda x=x: tilekiln.transpose.transpose(x), (x,), (y,),
                {"M": T, "N": 7168, "dtype": str(dtype).replace("torch.", "")})
 
-    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "tilekiln": tilekiln.__version__,
-            "command": " ".join(sys.argv)}
-    with open(args.out, "w") as f:
-        json.dump({"meta": meta, "records": records}, f, indent=1)
-    for r in records:
-        print(json.dumps(r))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

@@ -6,27 +6,20 @@ Bytes = each input read once + each output written once (OPERATORS.md §3.2 row 
 the norm_backward figure counts its weight-gradient scratch too (2 * P * H * 4 bytes), as
 a note in the record, but not in ``bytes``.
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 import tilekiln  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--hidden", type=int, default=7168)
-    args = ap.parse_args()
+    args, ceiling = start(__doc__, tokens=16384, hidden=7168)
     t, h = args.tokens, args.hidden
-    ceiling = copy_ceiling_gbs()
     records = []
     x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
     r = torch.randn(t, h, device="cuda").to(torch.bfloat16)
@@ -75,7 +68,7 @@ def main():
         lambda: q.norm_backward(dy, x, w, rstd, weight_grad=wg),
         nbytes(dy, x, w, rstd, dx) + 2 * wg.numel() * 4, ceiling,
         note=f"plus {2 * p * h * 4} bytes of fp32 partial scratch (written and read once), not counted"))
-    Path(args.out).write_text(json.dumps(dict(copy_ceiling_gbs=ceiling, records=records), indent=1))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

@@ -8,15 +8,13 @@ to bf16, e2m1 1x32 to bf16; per_token_cast_and_cast_back bf16 e4m3 g=128. Bytes 
 input read once + each output written once (OPERATORS.md §3.2; fake quant 2*T*H*b, in place).
 The copy ceiling is measured in the same run.
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 import tilekiln  # noqa: E402
 from tilekiln.torch import cast as ref_cast  # noqa: E402
@@ -25,14 +23,8 @@ Q = tilekiln.quant
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--hidden", type=int, default=7168)
-    args = ap.parse_args()
+    args, ceiling = start(__doc__, tokens=16384, hidden=7168)
     t, h = args.tokens, args.hidden
-    ceiling = copy_ceiling_gbs()
-    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
     records = []
     x32 = torch.randn(t, h, device="cuda")
     x16 = x32.bfloat16()
@@ -61,7 +53,7 @@ def main():
     records.append(bandwidth_record(
         "per_token_cast_and_cast_back", dict(T=t, H=h, dtype="torch.bfloat16", fmt="e4m3", num_per_channels=128),
         lambda: Q.per_token_cast_and_cast_back(xf, "e4m3", 128), 2 * nbytes(xf), ceiling))
-    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

@@ -10,30 +10,21 @@ T*2I*2 + T*I + 4(T/gm)I). Also per_channel_cast_fused (bf16 input, and FP8 1x128
 fp32 scales; without and with a pos_to_token gather of T rows in random order) and the FP8-input
 per_channel_cast (1x128 scales, gm=128). The copy ceiling is measured in the same run.
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 import tilekiln  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--hidden", type=int, default=7168)
-    ap.add_argument("--inter", type=int, default=2048)
-    args = ap.parse_args()
+    args, ceiling = start(__doc__, tokens=16384, hidden=7168, inter=2048)
     t, h, i = args.tokens, args.hidden, args.inter
     Q = tilekiln.quant
-    ceiling = copy_ceiling_gbs()
-    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
     records = []
     x = torch.randn(t, h, device="cuda").bfloat16()
     xs = torch.randn(t, 2 * i, device="cuda").bfloat16()
@@ -68,7 +59,7 @@ def main():
         "per_channel_cast", dict(T=t, H=h, input="e4m3 1x128", gm=128, round_sf=True),
         lambda: Q.per_channel_cast((x8, x8_sf), "e4m3", 128, round_sf=True, num_per_channels=128),
         nbytes(x8, x8_sf, q, sf), ceiling))
-    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

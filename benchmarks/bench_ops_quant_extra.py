@@ -7,29 +7,21 @@ cast_back(..., x_special_fmt='e5m6') to bf16 and fp32, at T=16384, H=7168. Bytes
 read once + each output written once (OPERATORS.md §3.2: T*H*b + 1.5*T*H + 4T). The copy
 ceiling is measured in the same run.
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 import tilekiln  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--tokens", type=int, default=16384)
-    ap.add_argument("--hidden", type=int, default=7168)
-    args = ap.parse_args()
+    args, ceiling = start(__doc__, tokens=16384, hidden=7168)
     t, h = args.tokens, args.hidden
     Q = tilekiln.quant
-    ceiling = copy_ceiling_gbs()
-    print(json.dumps({"copy_ceiling_gbs": round(ceiling, 1)}), flush=True)
     records = []
     x32 = torch.randn(t, h, device="cuda")
     for x in (x32.bfloat16(), x32):
@@ -46,7 +38,7 @@ def main():
         records.append(bandwidth_record(
             "cast_back_e5m6", dict(T=t, H=h, fmt=fmt),
             lambda fmt=fmt: Q.cast_back((q, sf), fmt, (1, h), x_special_fmt="e5m6"), nbytes(q, sf, y), ceiling))
-    Path(args.out).write_text(json.dumps({"copy_ceiling_gbs": ceiling, "records": records}, indent=1))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

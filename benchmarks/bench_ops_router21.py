@@ -5,27 +5,20 @@
 moe_topk_gate_forward at T=16384, E=256, K=8 (target <= 15 us): plain, with bias + shared expert + scores,
 and with every option; bytes = logits read + outputs written (+ scores, bias, masks where used).
 """
-import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import copy_ceiling_gbs, graph_time_us, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
 
 def main():
     import tilekiln
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", required=True)
-    p.add_argument("--tokens", type=int, default=16384)
-    args = p.parse_args()
+    args, ceiling = start(__doc__, tokens=16384)
     T, E, K = args.tokens, 256, 8
-    torch.manual_seed(0)
-    ceiling = copy_ceiling_gbs()
-    records = [{"name": "copy_ceiling", "bandwidth_gbs": ceiling}]
+    records = []
     logits = torch.randn(T, E, device="cuda")
     bias = torch.randn(E, device="cuda") * 0.1
     mask = torch.rand(T, device="cuda") > 0.05
@@ -45,16 +38,10 @@ def main():
         def fn(kw=kw, shared=shared):
             return tilekiln.moe.moe_topk_gate_forward(logits, K, shared > 0, shared, 2.5, 0, **kw)
         idx, w = fn()
-        t = graph_time_us(fn)
-        moved = nbytes(*tensors, idx, w)
-        gbs = moved / t / 1e3
-        records.append({"name": name, "params": {"T": T, "E": E, "K": K, "S": shared}, "time_us": round(t, 2),
-                        "bytes": moved, "bandwidth_gbs": round(gbs, 1), "pct_of_copy": round(100 * gbs / ceiling, 1),
-                        "target_us": 15})
+        records.append(bandwidth_record(name, {"T": T, "E": E, "K": K, "S": shared}, fn, nbytes(*tensors, idx, w),
+                                        ceiling, target_us=15))
     tilekiln.check_errors()
-    for r in records:
-        print(json.dumps(r))
-    Path(args.out).write_text(json.dumps(records, indent=1))
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":

@@ -8,14 +8,13 @@ scales at their allocated size. Target: e4m3 1x128 >= 90% of the measured copy b
 (peer tile_kernels 2.1: ~76%).
 """
 import argparse
-import json
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes  # noqa: E402
+from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes, write_results  # noqa: E402
 
 import tilekiln  # noqa: E402
 
@@ -75,9 +74,9 @@ def main():
     ap.add_argument("--ops", choices=("all", "forward", "backward"), default="all")
     args = ap.parse_args()
     t, i = args.tokens, args.inter
-    ceiling = copy_ceiling_gbs()
-    records = [dict(name="copy_ceiling", bandwidth_gbs=round(ceiling, 1))]
     torch.manual_seed(0)
+    ceiling = copy_ceiling_gbs()
+    records = []
     if args.ops != "forward":
         records += _backward_records(t, i, ceiling)
     for experts in ((0, 32) if args.ops != "backward" else ()):
@@ -107,7 +106,7 @@ def main():
             "swiglu_forward", dict(base, fmt="bf16"),
             lambda x=x, w=w, psum=psum: tilekiln.quant.swiglu_forward(x, "bf16", psum, w, 2.5),
             x_bytes + n_valid * i * 2, ceiling))
-    Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
+    write_results(args.out, ceiling, records)
 
 
 if __name__ == "__main__":
