@@ -26,3 +26,22 @@ def order_key(x):
 
     bits = T.reinterpret("int32", T.call_extern("float32", "__fadd_rn", x, T.float32(0)))
     return T.bitwise_xor(bits, T.bitwise_and(T.shift_right(bits, 31), T.int32(0x7FFFFFFF)))
+
+
+def lane_sort(T, epl):
+    """Macro: a lane's ``epl`` (score, expert) pairs sorted descending by odd-even transposition; swaps on
+    strict > keep equal neighbours in index order (stable); max/min move the scores."""
+    @T.macro
+    def sort(vals, idx, swap_f, swap_i):
+        for step in T.unroll(epl):
+            for i in T.unroll(epl // 2):
+                j = i * 2 + step % 2
+                if j + 1 < epl:
+                    up = vals[j + 1] > vals[j]
+                    swap_i[0] = T.if_then_else(up, idx[j + 1], idx[j])
+                    idx[j + 1] = T.if_then_else(up, idx[j], idx[j + 1])
+                    idx[j] = swap_i[0]
+                    swap_f[0] = T.max(vals[j], vals[j + 1])
+                    vals[j + 1] = T.min(vals[j], vals[j + 1])
+                    vals[j] = swap_f[0]
+    return sort

@@ -26,6 +26,7 @@ from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits
     PHYSICAL_HASH,
     WARPS_PER_CTA,
     experts_per_lane_problem,
+    lane_sort,
     order_key,
 )
 
@@ -47,6 +48,7 @@ def build(p, arch):
 
     del arch
     epl = p["experts_per_lane"]
+    sort_lane = lane_sort(T, epl)
     neg_inf = T.float32(float("-inf"))
     no_expert = 1 << 20  # larger than any expert index: loses every redux.min
     int_max = 2**31 - 1
@@ -240,18 +242,7 @@ def build(p, arch):
                         else:
                             for j in T.unroll(epl):
                                 idx[j] = base + j
-                            # odd-even transposition sort, descending; swaps on strict > keep it stable
-                            for step in T.unroll(epl):
-                                for i in T.unroll(epl // 2):
-                                    j = i * 2 + step % 2
-                                    if j + 1 < epl:
-                                        up = vals[j + 1] > vals[j]
-                                        swap_i[0] = T.if_then_else(up, idx[j + 1], idx[j])
-                                        idx[j + 1] = T.if_then_else(up, idx[j], idx[j + 1])
-                                        idx[j] = swap_i[0]
-                                        swap_f[0] = T.max(vals[j], vals[j + 1])
-                                        vals[j + 1] = T.min(vals[j], vals[j + 1])
-                                        vals[j] = swap_f[0]
+                            sort_lane(vals, idx, swap_f, swap_i)  # stable, descending (routing.lane_sort)
                             for k in T.serial(num_topk):
                                 top = T.call_extern("int32", "__reduce_max_sync", T.uint32(0xFFFFFFFF),
                                                     order_key(vals[0]))

@@ -52,6 +52,7 @@ from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits
     PHYSICAL_HASH,
     WARPS_PER_CTA,
     experts_per_lane_problem,
+    lane_sort,
     order_key,
 )
 
@@ -72,6 +73,7 @@ def build(p, arch):
 
     del arch
     epl = p["experts_per_lane"]
+    sort_lane = lane_sort(T, epl)
     neg_inf = T.float32(float("-inf"))
     no_expert = 1 << 20  # larger than any expert index: loses every redux.min
     logits_numel, e_numel, t_numel, map_numel, cnt_numel, un_numel, out_numel = T.dynamic(
@@ -330,19 +332,7 @@ def build(p, arch):
                         if not fixed and compacted == 0:
                             for j in T.unroll(epl):
                                 idx[j] = base + j
-                            # Odd-even transposition sort, descending; swaps on strict > keep it stable
-                            # (equal neighbours keep index order); max/min move the scores.
-                            for step in T.unroll(epl):
-                                for i in T.unroll(epl // 2):
-                                    j = i * 2 + step % 2
-                                    if j + 1 < epl:
-                                        up = vals[j + 1] > vals[j]
-                                        swap_i[0] = T.if_then_else(up, idx[j + 1], idx[j])
-                                        idx[j + 1] = T.if_then_else(up, idx[j], idx[j + 1])
-                                        idx[j] = swap_i[0]
-                                        swap_f[0] = T.max(vals[j], vals[j + 1])
-                                        vals[j + 1] = T.min(vals[j], vals[j + 1])
-                                        vals[j] = swap_f[0]
+                            sort_lane(vals, idx, swap_f, swap_i)  # stable, descending (routing.lane_sort)
                             # Selection rounds (as topk_gate): the lanes' heads as order-preserving keys ->
                             # redux.max, the smallest expert index among equal heads -> redux.min, the
                             # winning lane drops its head. Rounds followed by >= epl rounds shift the whole
