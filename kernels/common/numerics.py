@@ -22,6 +22,19 @@ def pow2(exponent):
     return T.reinterpret("float32", T.shift_left(exponent + 127, 23))
 
 
+def e2m1_value(word, i):
+    """Element i of 8 packed e2m1 nibbles (low nibble first) as fp32: {0, .5, 1, 1.5, 2, 3, 4, 6}, signed
+    (exact: built from the bits)."""
+    nib = T.bitwise_and(T.shift_right(word, T.uint32(4 * i)), T.uint32(0xF))
+    code = T.bitwise_and(nib, T.uint32(7))
+    normal = T.bitwise_or(T.shift_left(T.shift_right(code, T.uint32(1)) + T.uint32(126), T.uint32(23)),
+                          T.shift_left(T.bitwise_and(code, T.uint32(1)), T.uint32(22)))
+    magnitude = T.if_then_else(code == T.uint32(0), T.uint32(0),
+                               T.if_then_else(code == T.uint32(1), T.uint32(0x3F000000), normal))
+    return T.reinterpret("float32", T.bitwise_or(magnitude, T.shift_left(T.shift_right(nib, T.uint32(3)),
+                                                                           T.uint32(31))))
+
+
 def e2m1_code_bits(y):
     """Bits of 2**23 + e2m1_code(|y|): the 3-bit magnitude code sits in the low byte.
 

@@ -41,21 +41,11 @@ def invalid_reason(p):
     return None
 
 
-def _fp4_value(T, word, i):
-    """Element i of 8 packed e2m1 nibbles (low nibble first) as fp32: {0, .5, 1, 1.5, 2, 3, 4, 6}, signed."""
-    nib = T.bitwise_and(T.shift_right(word, T.uint32(4 * i)), T.uint32(0xF))
-    code = T.bitwise_and(nib, T.uint32(7))
-    normal = T.bitwise_or(T.shift_left(T.shift_right(code, T.uint32(1)) + T.uint32(126), T.uint32(23)),
-                          T.shift_left(T.bitwise_and(code, T.uint32(1)), T.uint32(22)))
-    magnitude = T.if_then_else(code == T.uint32(0), T.uint32(0),
-                               T.if_then_else(code == T.uint32(1), T.uint32(0x3F000000), normal))
-    return T.reinterpret("float32", T.bitwise_or(magnitude, T.shift_left(T.shift_right(nib, T.uint32(3)),
-                                                                           T.uint32(31))))
-
-
 def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
+
+    from kernels.common.numerics import e2m1_value
 
     del arch
     fmt, out_dtype, per_channel = p["fmt"], p["out_dtype"], bool(p["per_channel"])
@@ -138,7 +128,7 @@ def build(p, arch):
                         if fmt == "e4m3":
                             v[i] = T.Cast("float32", xq[r, i])
                         else:
-                            v[i] = _fp4_value(T, xw[r, i // 8], i % 8)
+                            v[i] = e2m1_value(xw[r, i // 8], i % 8)
                         v[i] = v[i] * (s[0, i] if per_channel else s[r, 0])
                     for c in T.unroll(VEC // out_chunk):
                         for i in T.vectorized(out_chunk):

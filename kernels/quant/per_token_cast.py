@@ -68,7 +68,7 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
 
-    from kernels.common.numerics import e2m1_pack, pow2, round_sf_exponent
+    from kernels.common.numerics import e2m1_pack, e2m1_value, pow2, round_sf_exponent
     from kernels.common.stochastic import fp32_bits, quad_random_bits, to_e4m3x4_stochastic
 
     del arch
@@ -95,20 +95,9 @@ def build(p, arch):
     sf_storage = SF_STORAGE[sf_kind]
     x_numel, out_numel, sf_numel, x_sf_numel = T.dynamic("x_numel, out_numel, sf_numel, x_sf_numel")
 
-    def fp4_value(word, i):
-        """Element i of 8 packed e2m1 nibbles as fp32 (exact: {0, .5, 1, 1.5, 2, 3, 4, 6}, signed)."""
-        nib = T.bitwise_and(T.shift_right(word, T.uint32(4 * i)), T.uint32(0xF))
-        code = T.bitwise_and(nib, T.uint32(7))
-        normal = T.bitwise_or(T.shift_left(T.shift_right(code, T.uint32(1)) + T.uint32(126), T.uint32(23)),
-                              T.shift_left(T.bitwise_and(code, T.uint32(1)), T.uint32(22)))
-        magnitude = T.if_then_else(code == T.uint32(0), T.uint32(0),
-                                   T.if_then_else(code == T.uint32(1), T.uint32(0x3F000000), normal))
-        return T.reinterpret("float32", T.bitwise_or(magnitude, T.shift_left(T.shift_right(nib, T.uint32(3)),
-                                                                               T.uint32(31))))
-
     def value(xr, xw, r, i):
         """Input element (r, i) of this thread as fp32 (before any input scale)."""
-        return fp4_value(xw[r], i) if in_dtype == "e2m1" else T.Cast("float32", xr[r, i])
+        return e2m1_value(xw[r], i) if in_dtype == "e2m1" else T.Cast("float32", xr[r, i])
 
     def encoded(xr, vf, r, i):
         """The element to encode: FP4 input is decoded into ``vf`` first, because inlining the
@@ -271,7 +260,7 @@ def build(p, arch):
                         else:
                             if in_dtype == "e2m1":
                                 for i in T.unroll(vec):
-                                    vf[i] = fp4_value(xw[r], i)
+                                    vf[i] = e2m1_value(xw[r], i)
                             word = e2m1_pack([encoded(xr, vf, r, i) * sf_inv[r] for i in range(vec)])
                             out[T.Cast("int64", row) * out_stride_unit + col // vec] = T.Cast(out_storage, word)
             T.pdl_trigger()
