@@ -10,6 +10,7 @@ calls. First call: a fresh process, import + first call + synchronize.
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -84,9 +85,29 @@ def first_call_s(op):
     return statistics.median(runs)
 
 
+def profile_once(name, params, fn):
+    """Only under `ncu --profile-from-start off` (scripts/gpu_verify.sh PROFILE_BENCHES sets
+    TILEKILN_PROFILE_LABELS): one warm call of ``fn`` inside a profiled range, after a marker kernel
+    (torch's spin_kernel) that lets benchmarks/ncu_summary.py split the report into calls; the call's
+    label is appended to $TILEKILN_PROFILE_LABELS in the same order."""
+    labels = os.environ.get("TILEKILN_PROFILE_LABELS")
+    if not labels:
+        return
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    torch.cuda._sleep(1)
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    with open(labels, "a") as f:
+        f.write(json.dumps({"name": name, "params": params}) + "\n")
+
+
 def bandwidth_record(name, params, fn, moved, ceiling, **extra):
     """One JSON record of a memory-bound op: device time of ``fn`` (graph replay), ``moved`` bytes, and the
     bandwidth as % of the copy ceiling measured in the same run; printed as it is taken."""
+    profile_once(name, params, fn)
     t = graph_time_us(fn)
     bw = moved / (t * 1e-6) / 1e9
     rec = dict(name=name, params=params, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),

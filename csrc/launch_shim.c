@@ -32,10 +32,29 @@ typedef struct {
 int tk_max_args(void) { return TK_MAX_ARGS; }
 int tk_kernel_size(void) { return (int)sizeof(tk_kernel); }
 
+/* The head of a packed call: the grid, PDL and the stream, then the kernel's arguments at
+ * TK_HEAD_BYTES + offsets[i]. One Python struct.pack builds all of it, and the call passes two
+ * pointers, so ctypes converts two arguments instead of seven (the conversions were a measurable
+ * part of the host time per call; benchmarks/bench_launch_paths.py). */
+typedef struct {
+  unsigned grid[3];
+  int pdl;
+  void *stream;
+} tk_head;
+
+#define TK_HEAD_BYTES 24
+
+int tk_head_bytes(void) { return (int)sizeof(tk_head); }
+
 int tk_launch(const tk_kernel *k, unsigned gx, unsigned gy, unsigned gz, void *stream, int pdl, const char *args) {
   tk_launch_config c = {{gx, gy, gz}, {k->block[0], k->block[1], k->block[2]}, k->smem, stream,
                         k->attrs[pdl != 0], k->num_attrs[pdl != 0]};
   void *params[TK_MAX_ARGS];
   for (int i = 0; i < k->num_args; ++i) params[i] = (void *)(args + k->offsets[i]);
   return ((tk_launch_ex_fn)k->launch_ex)(&c, k->function, params, 0);
+}
+
+int tk_launch_packed(const tk_kernel *k, const char *packed) {
+  const tk_head *h = (const tk_head *)packed;
+  return tk_launch(k, h->grid[0], h->grid[1], h->grid[2], h->stream, h->pdl, packed + TK_HEAD_BYTES);
 }

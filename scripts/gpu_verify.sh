@@ -9,7 +9,8 @@
 #
 # Device-step knobs (the session's device time is limited): GPU_TEST_PROCS (parallel pytest processes,
 # default 4), GPU_TEST_FILES (default: every tests/*/test_*.py), GPU_TEST_TIMEOUT_S, GPU_VERIFY_BUDGET_S
-# (benchmarks stop when it is spent), BENCHES (default: foundation, every bench_ops_*, launch paths).
+# (benchmarks stop when it is spent), BENCHES (default: foundation, every bench_ops_*, launch paths;
+# "none" runs none), PROFILE_BENCHES (benchmark scripts to run again under ncu; default none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:?usage: gpu_verify.sh prepare|device|collect DIR}
@@ -83,6 +84,23 @@ PY
     timeout "$left" $PY "$b" --out "$work/bench/$name.json" || echo "BENCHMARK FAILED or timed out: $b"
     tar -czf "$OUT/bench.tgz" -C "$work/bench" .  # after each one: a cut-off run keeps what finished
   done
+  # PROFILE_BENCHES: benchmark scripts to run again under Nsight Compute: one call of every measured case
+  # (bench_foundation.profile_once marks and labels it), exported as CSV for benchmarks/ncu_summary.py
+  # (run by `collect`). Clocks are left alone (--clock-control none).
+  mkdir -p "$work/profile"
+  for b in ${PROFILE_BENCHES:-}; do
+    name=$(basename "$b" .py) left=$((deadline - SECONDS))
+    if [ "$left" -lt 30 ]; then echo "PROFILE SKIPPED (time budget spent): $b"; continue; fi
+    TILEKILN_PROFILE_LABELS="$work/profile/$name.labels.jsonl" \
+    timeout "$left" ncu --clock-control none --profile-from-start off \
+        --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+        --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+        -o "$work/profile/$name" -f $PY "$b" --out "$work/profile/$name.json" > "$work/profile/$name.log" 2>&1 \
+      || echo "PROFILE FAILED or timed out: $b (tail of its log:)" && tail -3 "$work/profile/$name.log"
+    [ -e "$work/profile/$name.ncu-rep" ] && ncu -i "$work/profile/$name.ncu-rep" --csv --page raw \
+        > "$work/profile/$name.csv" 2>/dev/null || true
+    tar -czf "$OUT/profile.tgz" -C "$work" profile
+  done
   ;;
 collect)
   src=${2:?collect needs the files_at directory}
@@ -90,6 +108,7 @@ collect)
   dest=benchmarks/results/$(date -u +%Y-%m-%d)-${sha:0:10}
   mkdir -p "$dest" && cp "$src"/* "$dest"/ && echo "$sha" > "$dest/git-sha"
   for t in "$dest"/*.tgz; do [ -e "$t" ] && tar -xzf "$t" -C "$dest" && rm "$t"; done
+  if [ -d "$dest/profile" ]; then python3 benchmarks/ncu_summary.py "$dest/profile" > /dev/null; rm -f "$dest"/profile/*.ncu-rep; fi
   python3 benchmarks/make_results_table.py "$dest" && echo "results in $dest"
   ;;
 *) echo "unknown mode $mode" >&2; exit 2 ;;

@@ -1,10 +1,11 @@
 """Load a cubin per device and launch its kernels from a launch spec.
 
-Hot path per call: evaluate the grid (one compiled lambda), pack the arguments
-with one ``struct`` call, one ctypes call. Two launch paths, chosen at import:
+Hot path per call: evaluate the grid (one compiled lambda), pack the grid, stream
+and arguments with one ``struct`` call, one ctypes call. Two launch paths, chosen at import:
 
 * the native shim ``libtilekiln_launch.so`` (csrc/launch_shim.c, built into the
-  wheel): builds CUlaunchConfig and kernelParams on the C stack;
+  wheel): builds CUlaunchConfig and kernelParams on the C stack from that one packed
+  buffer, so ctypes converts two arguments per call (no argtypes: a c_void_p and bytes);
 * pure ctypes (fallback, or TILEKILN_LAUNCHER=ctypes): per-thread parameter and
   config buffers filled with ``struct.pack_into``, then ``cuLaunchKernelEx``.
 
@@ -13,6 +14,7 @@ attribute arrays, struct layouts) happens once per (kernel, device).
 """
 import ctypes
 import hashlib
+import operator
 import os
 import struct
 import threading
@@ -48,17 +50,17 @@ def _load_shim():
         return None
     try:
         lib = ctypes.CDLL(str(path))
-    except OSError:  # e.g. a shim built for another platform: the ctypes path serves every launch
+        fn = lib.tk_launch_packed
+    except (OSError, AttributeError):  # a shim of another platform or an older build: ctypes serves every launch
         return None
-    if lib.tk_kernel_size() != ctypes.sizeof(_ShimKernel):
+    if lib.tk_kernel_size() != ctypes.sizeof(_ShimKernel) or lib.tk_head_bytes() != _SHIM_HEAD.size:
         return None  # a mismatched build: fall back rather than corrupt launches
-    fn = lib.tk_launch
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_int,
-                   ctypes.c_char_p]
-    fn.restype = ctypes.c_int
+    fn.restype = ctypes.c_int  # argtypes stay unset: a c_void_p and a bytes object pass without conversion
     return fn
 
 
+# csrc/launch_shim.c:tk_head, packed in front of the kernel arguments: grid x/y/z, pdl, stream.
+_SHIM_HEAD = struct.Struct("<3IiQ")
 _shim_launch = _load_shim()
 LAUNCH_PATH = "shim" if _shim_launch else "ctypes"
 
@@ -157,12 +159,15 @@ class DeviceKernel:
             d.attrs[int(pdl)], d.num_attrs[int(pdl)] = addr, n
         d.num_args = len(self.layout.offsets)
         d.offsets[:d.num_args] = self.layout.offsets
-        self._shim_addr = ctypes.addressof(d)
+        self._shim_ptr = ctypes.c_void_p(ctypes.addressof(d))
+        # head + arguments in one struct (the layout's offsets are relative to the end of the head,
+        # which is 8-byte aligned, so its alignment padding stays valid)
+        self.packed = struct.Struct(_SHIM_HEAD.format + self.layout.struct.format.lstrip("<"))
+        self.pick = _picker(self.layout.sources)
         return d
 
     def _launch_shim(self, grid, stream, args, pdl):
-        blob = self.layout.struct.pack(*[args[i] for i in self.layout.sources])
-        return _shim_launch(self._shim_addr, grid[0], grid[1], grid[2], stream, pdl, blob)
+        return _shim_launch(self._shim_ptr, self.packed.pack(*grid, pdl, stream, *self.pick(args)))
 
     def _launch_ctypes(self, grid, stream, args, pdl):
         st = self.state()
@@ -181,6 +186,16 @@ class DeviceKernel:
         except AttributeError:
             self.tls.s = _ThreadState(self.layout, self.attr_sets)
             return self.tls.s
+
+
+def _picker(sources):
+    """args -> the tuple of args[i] for i in sources, as one C-level call."""
+    if not sources:
+        return lambda args: ()
+    if len(sources) == 1:
+        i = sources[0]
+        return lambda args: (args[i],)
+    return operator.itemgetter(*sources)
 
 
 class _TensorMapEncoder:
@@ -314,7 +329,19 @@ class CompiledKernel:
         if len(kernels) != 1:
             return lambda stream, args, pdl: self.launch(device_index, stream, args, pdl)
         k = kernels[0]
-        grid_of, launch, retry = k.grid, k.launch, self._retry_in_context
+        grid_of, retry = k.grid, self._retry_in_context
+        if k.launch == k._launch_shim:  # the common case, inlined: one pack, one ctypes call
+            pack, pick, kptr, shim = k.packed.pack, k.pick, k._shim_ptr, _shim_launch
+
+            def go(stream, args, pdl):
+                grid = grid_of(args)
+                if grid[0] > 0 and grid[1] > 0 and grid[2] > 0:
+                    rc = shim(kptr, pack(*grid, pdl, stream, *pick(args)))
+                    if rc:
+                        retry(ctx, k, grid, stream, args, pdl, rc)
+
+            return go
+        launch = k.launch
 
         def go(stream, args, pdl):
             grid = grid_of(args)

@@ -83,7 +83,7 @@ def _make_plan(scores, num_topk):
         if words[1][0] or t == 0:
             return None  # pending error or empty input: the general path handles it
         ptr = scores.data_ptr()
-        idx = torch.empty((t, num_topk), dtype=torch.int64, device=device)
+        idx = torch.empty(t, num_topk, dtype=torch.int64, device=device)  # sizes as ints: see _per_token
         launchers[ptr & 15 == 0](_raw_stream(index), (ptr, idx.data_ptr(), flag_ptr, t, e, e >> 2, num_topk),
                                  state["pdl"])
         return idx
