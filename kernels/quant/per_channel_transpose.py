@@ -58,6 +58,10 @@ def build(p, arch):
     rows = gm // WARPS
     groups = rows // GROUP
     pitch = gm + 4  # bytes per column slot of the transpose tile (odd word pitch: no bank conflicts)
+    # The SwiGLU of gm = 128 (4 groups, each evaluated twice) fully unrolled was ~8K instructions per
+    # thread: ncu showed instruction-fetch stalls ("no_instruction") and 24 % issue use (12.7 % of copy
+    # bandwidth, benchmarks/results/2026-12-01-bbce7ba906/profile). Its group loops stay loops.
+    group_loop = T.serial if swiglu and groups > 1 else T.unroll
     chunks = gm // 16  # 16-byte output runs per column
     x_numel, out_numel, sf_numel = T.dynamic("x_numel, out_numel, sf_numel")
 
@@ -135,7 +139,7 @@ def build(p, arch):
             T.pdl_sync()
             for i in T.unroll(VEC):
                 amax[i] = T.float32(0)
-            for grp in T.unroll(groups):
+            for grp in group_loop(groups):
                 load_group(x, xg, xu, y, a, u, tb, warp, col, col_ok, grp, x_stride, hidden, use_clamp, clamp_value)
                 for r in T.unroll(GROUP):
                     for i in T.unroll(VEC):  # fmaxf: a NaN element does not raise the amax
@@ -159,7 +163,7 @@ def build(p, arch):
                 for i in T.vectorized(VEC):
                     sf[T.Cast("int64", tb) * hidden + col + i] = sfv[i]
 
-            for grp in T.unroll(groups):
+            for grp in group_loop(groups):
                 if groups > 1:  # one group is still in registers; more are recomputed (L2 hits)
                     load_group(x, xg, xu, y, a, u, tb, warp, col, col_ok, grp, x_stride, hidden, use_clamp, clamp_value)
                 for r in T.unroll(GROUP):
