@@ -136,6 +136,10 @@ def build(p, arch):
             lane = tx % 32
             col = (by * WARPS_PER_CTA + tx // 32) * seg + lane * vec
             col_ok = col < hidden_div64 * 64
+            # 64-bit offsets of this CTA's first row, plus r row strides per row: the same values as
+            # (row * stride + col), written so that nvcc shares the row-0 product across the rows
+            # instead of rebuilding a 64-bit multiply per row and access.
+            first_row = T.Cast("int64", bx * rows)
             kb = col // g
             sub = lane % lanes_per_block
             # Raw input stays in its own dtype (bf16: half the registers of fp32), so more rows'
@@ -156,10 +160,11 @@ def build(p, arch):
                 if in_dtype == "e2m1":
                     xw[r] = T.uint32(0)
                     if row < num_tokens and col_ok:
-                        xw[r] = x[T.Cast("int64", row) * x_stride_vec + col // vec]
+                        xw[r] = x[first_row * x_stride_vec + col // vec + T.Cast("int64", x_stride_vec) * r]
                 elif row < num_tokens and col_ok:
                     for i in T.vectorized(vec):
-                        xr[r, i] = x[T.Cast("int64", row) * x_stride_vec * vec + col + i]
+                        xr[r, i] = x[first_row * x_stride_vec * vec + col + T.Cast("int64", x_stride_vec) * (r * vec)
+                                     + i]
                 else:
                     for i in T.unroll(vec):
                         xr[r, i] = T.Cast(in_dtype, 0)
@@ -256,13 +261,15 @@ def build(p, arch):
                                 for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
                                     ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * sf_inv[r])
                             for i in T.vectorized(vec):
-                                out[T.Cast("int64", row) * out_stride_unit * vec + col + i] = ql[i]
+                                out[first_row * out_stride_unit * vec + col + T.Cast("int64", out_stride_unit) * (r * vec)
+                                    + i] = ql[i]
                         else:
                             if in_dtype == "e2m1":
                                 for i in T.unroll(vec):
                                     vf[i] = e2m1_value(xw[r], i)
                             word = e2m1_pack([encoded(xr, vf, r, i) * sf_inv[r] for i in range(vec)])
-                            out[T.Cast("int64", row) * out_stride_unit + col // vec] = T.Cast(out_storage, word)
+                            out[first_row * out_stride_unit + col // vec + T.Cast("int64", out_stride_unit) * r] = \
+                                T.Cast(out_storage, word)
             T.pdl_trigger()
 
     return per_token_cast
