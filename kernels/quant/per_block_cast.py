@@ -11,11 +11,11 @@ TMA-aligned column-major differ only in strides), caller-supplied scales
 
 Thread mapping: a CTA covers CTA_ROWS = 128 rows x one warp width (32 lanes x one
 16-byte load: 256 bf16 / 128 fp32 channels). Warp w owns rows [w*R, w*R + R)
-(R = 16, 8 warps; R = 8, 16 warps for bf16 -> e2m1) and keeps all R rows of its 16-byte loads in registers (R loads in flight per
+and keeps all R rows of its 16-byte loads in registers (R loads in flight per
 thread, the data is read once). The block amax is reduced in three steps: over
 the R rows in registers, over the g/VEC lanes of a scale block with xor
-shuffles, and over the gm/R warps of a block row through one shared-memory
-exchange (4 bytes per thread) (one barrier). Every thread then derives the block's multiplier
+shuffles, and over the gm/R warps of a block row through one 1 KB shared-memory
+exchange (one barrier). Every thread then derives the block's multiplier
 itself (no second exchange) and quantizes the registers it holds.
 """
 OP = "per_block_cast"
@@ -31,10 +31,7 @@ PASS_CONFIGS = {
 
 ROWS_PER_THREAD = 16  # R: 16 x 16 B in flight per thread, 64 data registers
 CTA_ROWS = 128  # 8 warps; gm (runtime) must be a multiple of R dividing CTA_ROWS
-# bf16 -> e2m1 packs with more temporaries: with 16 rows it needed 162 registers, one 256-thread CTA
-# per SM (12.5 % occupancy, 30 % of DRAM peak in ncu, benchmarks/results/2026-12-01-bbce7ba906/profile).
-# It takes 8 rows per thread and 16 warps instead: the same 128-row CTA, twice the warps per SM.
-E2M1_BF16_ROWS = 8
+WARPS = CTA_ROWS // ROWS_PER_THREAD
 FMT_MAX = {"e4m3": 448.0, "e2m1": 6.0}
 IN_DTYPES = ("bfloat16", "float32")
 SF_FP32, SF_UE8M0 = 0, 1  # runtime scale storage selector
@@ -64,11 +61,9 @@ def build(p, arch):
     in_dtype, fmt = p["in_dtype"], p["fmt"]
     vec = elems_per_load(in_dtype)
     seg = 32 * vec  # channels per CTA
-    packs_bf16_fp4 = (in_dtype, fmt) == ("bfloat16", "e2m1")
-    rows = E2M1_BF16_ROWS if packs_bf16_fp4 else ROWS_PER_THREAD
-    warps = CTA_ROWS // rows
+    rows = ROWS_PER_THREAD
     fmt_max = FMT_MAX[fmt]
-    min_blocks = 1 if packs_bf16_fp4 else 2
+    min_blocks = 1 if (in_dtype, fmt) == ("bfloat16", "e2m1") else 2
     out_storage = "float8_e4m3fn" if fmt == "e4m3" else ("uint32" if vec == 8 else "uint16")
     x_numel, out_numel, sf_numel, sfb_numel = T.dynamic("x_numel, out_numel, sf_numel, sfb_numel")
 
@@ -82,7 +77,7 @@ def build(p, arch):
         hidden_div64: T.int32,
         x_stride_vec: T.int32,  # row stride of x in units of vec elements
         out_stride_unit: T.int32,  # e4m3: in units of vec bytes; e2m1: in packed words
-        block_m: T.int32,  # gm: a multiple of rows (per thread) dividing CTA_ROWS
+        block_m: T.int32,  # gm: a multiple of ROWS_PER_THREAD dividing CTA_ROWS
         block_k_lanes: T.int32,  # g / vec: lanes of one scale block (power of two <= 32)
         sf_mode: T.int32,  # SF_FP32 or SF_UE8M0
         sf_stride_t: T.int32,  # per block row, in fp32 elements or bytes (ue8m0)
@@ -93,7 +88,7 @@ def build(p, arch):
         clamp_min: T.float32,
     ):
         with T.Kernel(T.ceildiv(num_tokens, CTA_ROWS), T.ceildiv(hidden_div64 * 64, seg),
-                      threads=32 * warps) as (bx, by):
+                      threads=32 * WARPS) as (bx, by):
             # Two CTAs per SM (<= 128 registers): one CTA's loads overlap the other's
             # barrier / convert / store phase. Without it nvcc keeps fp32 copies (~155 regs).
             # bf16 -> e2m1 does not fit in 128 (the FP4 packing spills 72 B), so it keeps one.
@@ -111,7 +106,7 @@ def build(p, arch):
             amax = T.alloc_local((1,), "float32")
             inv = T.alloc_local((1,), "float32")
             ql = T.alloc_local((vec,), "float8_e4m3fn")
-            exchange = T.alloc_shared((warps * 32,), "float32")
+            exchange = T.alloc_shared((WARPS * 32,), "float32")
 
             T.pdl_sync()
             for r in T.unroll(rows):
@@ -133,7 +128,7 @@ def build(p, arch):
             exchange[tx] = amax[0]
             T.sync_threads()
             first_warp = warp - warp % warps_per_block
-            for j in range(warps):
+            for j in range(WARPS):
                 if j < warps_per_block:
                     amax[0] = T.max(amax[0], exchange[(first_warp + j) * 32 + lane])
             amax[0] = T.max(amax[0], clamp_min)
