@@ -43,7 +43,7 @@ def _per_token_cast_breakdown(x):
     from tilekiln.quant import _per_token
     t, h = x.shape
     dev = x.device
-    values = ("bfloat16", "none", "e4m3", 128, "fp32", False, _per_token.ROWS["bfloat16"], False)
+    values = ("bfloat16", "none", "e4m3", 128, "fp32", False, _per_token.ROWS["bfloat16"], False, False)
     go = store().kernel(_per_token.OP, _per_token.PARAM_NAMES, values, 0).launcher_for(0)
     q = torch.empty((t, h), dtype=torch.float8_e4m3fn, device=dev)
     sf = torch.empty((t, h // 128), dtype=torch.float32, device=dev)

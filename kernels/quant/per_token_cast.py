@@ -5,6 +5,10 @@ Also re-quantizes pre-quantized input: e4m3 data or packed e2m1 (in_dtype
 blocks (runtime sizes, gk a multiple of 8). The amax is taken over data * x_sf and
 the data is scaled by the one product x_sf * sf_inv, as OPERATORS.md §2.1 says.
 
+The "roundtrip" variants serve per_token_cast_and_cast_back (fake quantization) in one
+pass: each value is quantized as above, decoded and multiplied by its scale in fp32
+(cast_back's formula) and written back in the input dtype, in place; no scales are stored.
+
 Compile-time (one cubin each): input dtype and input scale kind, output format,
 channels per scale block, scale storage kind, and whether scales are supplied by
 the caller, and stochastic rounding (OPERATORS.md §2.2: the quad hash of
@@ -22,8 +26,9 @@ their amax with xor shuffles; no shared memory, no block barrier.
 from kernels.common.passes import THREAD_LEVEL
 
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic")
-PARAM_DEFAULTS = {"stochastic": False}
+PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic",
+               "roundtrip")
+PARAM_DEFAULTS = {"stochastic": False, "roundtrip": False}
 PASS_CONFIGS = THREAD_LEVEL
 
 WARPS_PER_CTA = 4
@@ -56,6 +61,8 @@ def invalid_reason(p):
         return f"rows must be one of {ROW_CHOICES}"
     if p["stochastic"] and (p["fmt"] != "e4m3" or p["in_sf_kind"] != "none"):
         return "stochastic_cast rounds plain bf16/fp32 input to e4m3 only (OPERATORS.md §2.2)"
+    if p["roundtrip"] and (p["in_sf_kind"] != "none" or p["precomputed"] or p["stochastic"] or p["sf_kind"] == "ue8m0"):
+        return "roundtrip (per_token_cast_and_cast_back) takes plain input, computed fp32 or e4m3 scales, no stochastic"
     return None
 
 
@@ -92,6 +99,9 @@ def build(p, arch):
     stochastic = bool(p["stochastic"])
     if stochastic:  # four e4m3 bytes are built as one word per quad
         out_storage = "uint32"
+    roundtrip = bool(p["roundtrip"])
+    if roundtrip:  # dequantized values, in place over x
+        out_storage = in_dtype
     sf_storage = SF_STORAGE[sf_kind]
     x_numel, out_numel, sf_numel, x_sf_numel = T.dynamic("x_numel, out_numel, sf_numel, x_sf_numel")
 
@@ -112,7 +122,7 @@ def build(p, arch):
         num_tokens: T.int32,
         hidden_div64: T.int32,
         x_stride_vec: T.int32,  # row stride of x in units of vec elements
-        out_stride_unit: T.int32,  # e4m3: in units of vec bytes; e2m1: in packed words
+        out_stride_unit: T.int32,  # e4m3: in units of vec bytes; e2m1: in packed words; roundtrip: vec elements
         sf_stride_t: T.int32,  # scale strides in sf elements (bytes for ue8m0)
         sf_stride_k: T.int32,  # ue8m0: stride of one int32 word of 4 scales
         round_sf: T.int32,
@@ -153,6 +163,9 @@ def build(p, arch):
             inv = T.alloc_local((1,), "float32")
             sf_inv = T.alloc_local((rows,), "float32")
             ql = T.alloc_local((vec,), "float8_e4m3fn")
+            deq = T.alloc_local((1,), "float32")  # roundtrip: the scale that decodes, as cast_back reads it
+            sf_back = T.alloc_local((rows,), "float32")
+            qword = T.alloc_local((1,), "uint32")
 
             T.pdl_sync()
             for r in T.unroll(rows):
@@ -211,20 +224,26 @@ def build(p, arch):
                     if row_ok:
                         inv[0] = T.float32(1) / T.Cast("float32", sf[sf_idx])
                 else:
-                    writer = row_ok and sub < store_lanes
+                    writer = row_ok and sub < store_lanes and not roundtrip
                     if sf_kind == "fp32":
                         if round_sf != 0:
                             e = round_sf_exponent(my_amax[0], fmt_max)
                             inv[0] = pow2(-e)
+                            if roundtrip:
+                                deq[0] = pow2(e)
                             if writer:
                                 sf[sf_idx] = pow2(e)
                         else:
                             inv[0] = T.float32(fmt_max) / my_amax[0]
+                            if roundtrip:
+                                deq[0] = my_amax[0] / T.float32(fmt_max)
                             if writer:
                                 sf[sf_idx] = my_amax[0] / T.float32(fmt_max)
                     elif sf_kind == "e4m3":
                         sf_q = T.Cast("float8_e4m3fn", my_amax[0] / T.float32(fmt_max))
                         inv[0] = T.float32(1) / T.Cast("float32", sf_q)
+                        if roundtrip:
+                            deq[0] = T.Cast("float32", sf_q)
                         if writer:
                             sf[sf_idx] = sf_q
                     else:
@@ -236,13 +255,33 @@ def build(p, arch):
                 if spread:
                     for r in T.unroll(rows):
                         sf_inv[r] = T.shfl_sync(inv[0], lane - sub + r)
+                        if roundtrip:
+                            sf_back[r] = T.shfl_sync(deq[0], lane - sub + r)
                 else:
                     sf_inv[j] = inv[0]
+                    if roundtrip:
+                        sf_back[j] = deq[0]
             if quantized_in:  # one multiplier per element: x_sf * sf_inv (OPERATORS.md §2.1)
                 for r in T.unroll(rows):
                     sf_inv[r] = xs[r] * sf_inv[r]
 
-            if write_data != 0:
+            if roundtrip:
+                for r in T.unroll(rows):
+                    if bx * rows + r < num_tokens and col_ok:
+                        # quantize, decode, times the scale in fp32, round to the input dtype: cast_back's formula
+                        if fmt == "e4m3":
+                            for i in T.vectorized(vec):
+                                ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * sf_inv[r])
+                            for i in T.unroll(vec):
+                                vf[i] = T.Cast("float32", ql[i]) * sf_back[r]
+                        else:
+                            qword[0] = e2m1_pack([T.Cast("float32", xr[r, i]) * sf_inv[r] for i in range(vec)])
+                            for i in T.unroll(vec):
+                                vf[i] = e2m1_value(qword[0], i) * sf_back[r]
+                        for i in T.vectorized(vec):
+                            out[first_row * out_stride_unit * vec + col + T.Cast("int64", out_stride_unit) * (r * vec)
+                                + i] = T.Cast(in_dtype, vf[i])
+            elif write_data != 0:
                 for r in T.unroll(rows):
                     row = bx * rows + r
                     if row < num_tokens and col_ok:

@@ -89,6 +89,28 @@ def test_fake_quant_matches_reference(seed, dtype, fmt, g, scales, shape):
     _assert_bitwise(x, expected, "fake quant")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+@pytest.mark.parametrize("g,scales", [(128, "fp32"), (32, "round")])
+def test_fake_quant_one_pass_with_special_values(seed, dtype, fmt, g, scales, monkeypatch):
+    """The default manifest's settings take the one-pass kernel (per_token_cast + cast_back never run);
+    131 tokens leave a partial last CTA; rows of zeros, signed zeros, NaN, inf and tiny values."""
+    from tilekiln.quant import _per_token
+    monkeypatch.setattr(_per_token, "per_token_cast", lambda *a, **k: pytest.fail("took the two-kernel path"))
+    x = _input(131, 2048, dtype)
+    x[3] = 0
+    x[4, ::2] = -0.0
+    x[5, 7] = float("nan")
+    x[6, 100] = float("inf")
+    x[7, 200] = -float("inf")
+    x[8] = x[8] * 1e-30
+    opts = {"round_sf": scales == "round"}
+    expected = x.clone()
+    per_token_cast_and_cast_back_ref(expected, fmt, g, **opts)
+    tilekiln.quant.per_token_cast_and_cast_back(x, fmt, g, **opts)
+    _assert_bitwise(x, expected, "one-pass fake quant")
+
+
 def test_fake_quant_strided_rows_in_place(seed):
     base = _input(256, 7168 + 64, torch.bfloat16)
     x = base[:, :7168]

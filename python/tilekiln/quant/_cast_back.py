@@ -6,7 +6,7 @@ TMA-aligned column-major (not for per-channel g == 1, whose packed scales go alo
 """
 import torch
 
-from tilekiln._runtime import checks, launch
+from tilekiln._runtime import checks, launch, store
 from tilekiln.quant import _per_token
 
 OP = "cast_back"
@@ -121,8 +121,9 @@ def per_token_cast_back(x, fmt, num_per_channels, x_special_fmt=None):
 def per_token_cast_and_cast_back(x, fmt, num_per_channels, round_sf=False, use_e4m3_sf=False):
     """In-place fake quantization: x <- cast_back(per_token_cast(x, ...)); returns None.
 
-    Two kernels (quantize into a scratch (q, sf), dequantize straight into x); the
-    result is bit-identical to the reference composition by construction.
+    One pass where the manifest built the "roundtrip" per_token_cast variant (quantize, decode,
+    times the scale in fp32, write back); otherwise two kernels (quantize into a scratch (q, sf),
+    dequantize straight into x). Both are bit-identical to the reference composition.
     """
     checks.tensor("x", x, (torch.bfloat16, torch.float32), ndim=2)
     _per_token._check_options(fmt, num_per_channels, round_sf, False, use_e4m3_sf, False)
@@ -135,6 +136,10 @@ def per_token_cast_and_cast_back(x, fmt, num_per_channels, round_sf=False, use_e
     checks.aligned("x", x, 16)
     checks.cuda("x", x)
     if t == 0:
+        return None
+    if store().has_variant(_per_token.OP, _per_token.PARAM_NAMES,
+                           _per_token.roundtrip_values(x, fmt, num_per_channels, use_e4m3_sf), x.device.index):
+        _per_token.run_roundtrip(x, fmt, num_per_channels, round_sf, use_e4m3_sf)
         return None
     q, sf = _per_token.per_token_cast(x, fmt, num_per_channels, round_sf=round_sf, use_e4m3_sf=use_e4m3_sf)
     _run(q, sf, t, h, (1, num_per_channels), False, x)

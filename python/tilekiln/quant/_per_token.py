@@ -12,7 +12,8 @@ from tilekiln import config
 from tilekiln._runtime import _raw_stream, checks, launch, store
 
 OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic")
+PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic",
+               "roundtrip")
 # Rows per thread, measured on the H200 (benchmarks/bench_tuning.py); the default manifest builds these.
 ROWS = {"bfloat16": 4, "float32": 4, "float8_e4m3fn": 4, "e2m1": 4}
 _PLAIN_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -166,12 +167,30 @@ def _run(src, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, sto
     unit = src.vec if fmt == "e4m3" else src.vec // 2
     sf_t, sf_k = _sf_strides(sf, kind == "ue8m0")
     x_sf, in_kind, in_t, in_k, gm, gk = src.scales or (None, "none", 0, 0, 1, 1)
-    values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, ROWS[src.in_dtype], stochastic)
+    values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, ROWS[src.in_dtype], stochastic, False)
     args = (src.data.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), src.t, src.h // 64,
             src.stride_vec, (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf),
             int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk,
             *_grid(src.t, src.h, src.vec, ROWS[src.in_dtype]))
     launch(OP, PARAM_NAMES, values, src.data.device, args)
+
+
+def roundtrip_values(x, fmt, g, use_e4m3_sf):
+    """Compile-time values of the one-pass per_token_cast_and_cast_back kernel for x."""
+    name = _PLAIN_NAMES[x.dtype]
+    return (name, "none", fmt, g, _sf_kind(use_e4m3_sf, False), False, ROWS[name], False, True)
+
+
+def run_roundtrip(x, fmt, g, round_sf, use_e4m3_sf):
+    """Quantize x [T, H] per token and write the dequantized values back into x (validated by the caller)."""
+    t, h = x.shape
+    vec = 8 if x.dtype == torch.bfloat16 else 4
+    stride_vec = x.stride(0) // vec if t > 1 else h // vec
+    ptr = x.data_ptr()
+    args = (ptr, ptr, 0, t, h // 64, stride_vec, stride_vec, 0, 0, int(round_sf), 1,
+            config.get_amax_clamp_for_quant(fmt, use_e4m3_sf), 0, 0, 0, 1, 1,
+            *_grid(t, h, vec, ROWS[_PLAIN_NAMES[x.dtype]]))
+    launch(OP, PARAM_NAMES, roundtrip_values(x, fmt, g, use_e4m3_sf), x.device, args)
 
 
 def _grid(t, h, vec, rows):
@@ -191,7 +210,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     vec = 8 if x.dtype == torch.bfloat16 else 4
     kind = _sf_kind(e4m3sf, packed)
     h = x.shape[1]
-    values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, ROWS[_PLAIN_NAMES[x.dtype]], False)
+    values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, ROWS[_PLAIN_NAMES[x.dtype]], False, False)
     device, index = x.device, x.device.index
     go = store().kernel(OP, PARAM_NAMES, values, index).launcher_for(index)
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
