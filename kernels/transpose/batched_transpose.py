@@ -11,11 +11,18 @@ serves e4m3, bf16 and fp32.
   (V consecutive input rows) and writes them as one 16-byte vector of an output
   row, so every global access is a full 16-byte vector.
 
+bf16 moves pairs: it is read, stored to shared memory and written as 32-bit words, and in the
+store phase a thread reads one word (input columns n, n+1) from each of 8 input rows and splits
+them with byte permutes into two output vectors (rows n and n+1): 8 shared loads per two 16-byte
+stores instead of 16. The element-wise gather kept the shared-memory pipe saturated (ncu: MIO
+throttle stalls, 73-82 % of copy bandwidth).
+
 Shared layout: 64 rows of 64 elements without padding (so the 16-byte shared
 stores stay aligned); the 16-byte chunk index of row r is XORed with
 (r / V) % chunks_per_row. The gathers of a warp then hit distinct banks (or the
 same word): bf16 and e4m3 are conflict-free, fp32 too because a warp covers 8
-chunk columns x 4 output rows.
+chunk columns x 4 output rows. (bf16 pairs: a warp reads 8 chunk rows x 4 word columns of one
+swizzled chunk column per step, 32 distinct banks.)
 
 Each thread moves ``vectors_per_thread`` 16-byte vectors in and out, so the CTA
 has tile_bytes / 16 / vectors_per_thread threads. Fewer, fuller threads mean
@@ -75,17 +82,23 @@ def build(p, arch):
     threads = threads_for(eb, vpt)
     loads = TILE * TILE // lv // threads  # load vectors per thread
     pieces = TILE // lv  # load vectors per tile row
+    pairs = eb == 2  # bf16: 32-bit words of two elements everywhere (see the docstring)
+    unit = 2 if pairs else 1  # elements per storage word
+    word = "uint32" if pairs else storage
     x_numel, y_numel = T.dynamic("x_numel, y_numel")
 
     def swizzled(row, col):
-        """Shared offset of tile element (row, col)."""
+        """Shared offset (in storage words) of tile element (row, col); col is a multiple of ``unit``."""
         chunk = T.bitwise_xor(col // sv, (row // sv) % cpr)
-        return row * TILE + chunk * sv + col % sv
+        return row * (TILE // unit) + chunk * (sv // unit) + (col % sv) // unit
+
+    def perm(a, b, selector):
+        return T.call_extern("uint32", "__byte_perm", a, b, T.uint32(selector))
 
     @T.prim_func
     def batched_transpose(
-        x: T.Tensor((x_numel,), storage),
-        y: T.Tensor((y_numel,), storage),
+        x: T.Tensor((x_numel,), word),
+        y: T.Tensor((y_numel,), word),
         num_batches: T.int32,
         tiles_x: T.int32,  # gridDim.x: N / 64, or M / 64 when m_fast
         tiles_y: T.int32,  # gridDim.y: the other one
@@ -99,9 +112,11 @@ def build(p, arch):
             bm = T.if_then_else(m_fast != 0, gx, gy)
             n_tiles = T.if_then_else(m_fast != 0, tiles_y, tiles_x)
             m_tiles = T.if_then_else(m_fast != 0, tiles_x, tiles_y)
-            tile = T.alloc_shared((TILE * TILE,), storage)
-            buf = T.alloc_local((loads, lv), storage)
+            tile = T.alloc_shared((TILE * TILE // unit,), word)
+            buf = T.alloc_local((loads, lv // unit), word)
             out = T.alloc_local((sv,), storage)
+            pair_in = T.alloc_local((sv,), "uint32")
+            pair_out = T.alloc_local((2, sv // 2), "uint32")
 
             T.pdl_sync()
             # Addresses in units of load vectors, times lv: provably aligned, so the loads vectorize.
@@ -109,18 +124,33 @@ def build(p, arch):
             for r in T.unroll(loads):
                 q = tx + r * threads
                 row = q // pieces
-                for i in T.vectorized(lv):
-                    buf[r, i] = x[(x_base + T.Cast("int64", row) * x_stride_m + q % pieces) * lv + i]
+                for i in T.vectorized(lv // unit):
+                    buf[r, i] = x[(x_base + T.Cast("int64", row) * x_stride_m + q % pieces) * (lv // unit) + i]
             for r in T.unroll(loads):
                 q = tx + r * threads
                 row = q // pieces
                 col = (q % pieces) * lv
-                for i in T.vectorized(lv):
+                for i in T.vectorized(lv // unit):
                     tile[swizzled(row, col) + i] = buf[r, i]
             T.sync_threads()
             m_total = m_tiles * TILE
             y_base = (T.Cast("int64", batch) * (n_tiles * TILE) + bn * TILE) * m_total + bm * TILE
-            for r in T.unroll(vpt):
+            if pairs:
+                y_word = (T.Cast("int64", batch) * (n_tiles * TILE) + bn * TILE) * (m_total // 2) + bm * (TILE // 2)
+                for r in T.unroll(vpt // 2):
+                    q = tx + r * threads
+                    lane = q % 32
+                    c = lane % 8  # output chunk: input rows c*8 ..
+                    n = ((q // 32) * 4 + lane // 8) * 2  # output rows n, n + 1 = input columns
+                    for i in T.unroll(sv):
+                        pair_in[i] = tile[swizzled(c * sv + i, n)]
+                    for j in T.unroll(sv // 2):  # low halves: column n; high halves: column n + 1
+                        pair_out[0, j] = perm(pair_in[2 * j], pair_in[2 * j + 1], 0x5410)
+                        pair_out[1, j] = perm(pair_in[2 * j], pair_in[2 * j + 1], 0x7632)
+                    for h in T.unroll(2):
+                        for j in T.vectorized(sv // 2):
+                            y[y_word + T.Cast("int64", n + h) * (m_total // 2) + c * (sv // 2) + j] = pair_out[h, j]
+            for r in T.unroll(0 if pairs else vpt):
                 q = tx + r * threads
                 lane = q % 32
                 group = q // 32
