@@ -10,3 +10,14 @@ include guard. Only the preprocessor sees the guard; the compiled code is the sa
 def guarded(name, source):
     macro = f"TK_HELPER_{name.upper()}"
     return f"\n#ifndef {macro}\n#define {macro}\n{source.strip()}\n#endif\n"
+
+
+# One 16-byte global store of four 32-bit words held in registers. nvcc splits TileLang's
+# `*(uint4*)(dst) = *(uint4*)(local_array)` into four 4-byte stores when the local array is one of
+# 32-bit words (seen in the SASS of the bf16 / fp32 transposes; byte arrays kept STG.128).
+STORE_16B_SOURCE = guarded("store_16b", """
+__device__ __forceinline__ int tk_store_16b(void* p, unsigned a, unsigned b, unsigned c, unsigned d) {
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" : : "l"(p), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+    return 0;
+}
+""")

@@ -69,6 +69,8 @@ def threads_for(elem_bytes, vectors_per_thread):
 def build(p, arch):
     import tilelang.language as T
 
+    from kernels.common.cuda_source import STORE_16B_SOURCE
+
     del arch
     eb = p["elem_bytes"]
     storage = STORAGE[eb]
@@ -95,6 +97,10 @@ def build(p, arch):
     def perm(a, b, selector):
         return T.call_extern("uint32", "__byte_perm", a, b, T.uint32(selector))
 
+    def store_16b(dst, words):
+        """One STG.128 of four 32-bit words (see kernels/common/cuda_source.STORE_16B_SOURCE)."""
+        T.evaluate(T.call_extern("int32", "tk_store_16b", T.address_of(dst), *words))
+
     @T.prim_func
     def batched_transpose(
         x: T.Tensor((x_numel,), word),
@@ -112,11 +118,14 @@ def build(p, arch):
             bm = T.if_then_else(m_fast != 0, gx, gy)
             n_tiles = T.if_then_else(m_fast != 0, tiles_y, tiles_x)
             m_tiles = T.if_then_else(m_fast != 0, tiles_x, tiles_y)
+            if eb > 1:
+                T.import_source(STORE_16B_SOURCE)
             tile = T.alloc_shared((TILE * TILE // unit,), word)
             buf = T.alloc_local((loads, lv // unit), word)
             out = T.alloc_local((sv,), storage)
             pair_in = T.alloc_local((sv,), "uint32")
-            pair_out = T.alloc_local((2, sv // 2), "uint32")
+            pair_lo = T.alloc_local((sv // 2,), "uint32")  # output rows n and n + 1
+            pair_hi = T.alloc_local((sv // 2,), "uint32")
 
             T.pdl_sync()
             # Addresses in units of load vectors, times lv: provably aligned, so the loads vectorize.
@@ -145,11 +154,12 @@ def build(p, arch):
                     for i in T.unroll(sv):
                         pair_in[i] = tile[swizzled(c * sv + i, n)]
                     for j in T.unroll(sv // 2):  # low halves: column n; high halves: column n + 1
-                        pair_out[0, j] = perm(pair_in[2 * j], pair_in[2 * j + 1], 0x5410)
-                        pair_out[1, j] = perm(pair_in[2 * j], pair_in[2 * j + 1], 0x7632)
-                    for h in T.unroll(2):
-                        for j in T.vectorized(sv // 2):
-                            y[y_word + T.Cast("int64", n + h) * (m_total // 2) + c * (sv // 2) + j] = pair_out[h, j]
+                        pair_lo[j] = perm(pair_in[2 * j], pair_in[2 * j + 1], 0x5410)
+                        pair_hi[j] = perm(pair_in[2 * j], pair_in[2 * j + 1], 0x7632)
+                    store_16b(y[y_word + T.Cast("int64", n) * (m_total // 2) + c * (sv // 2)],
+                              [pair_lo[j] for j in range(4)])
+                    store_16b(y[y_word + T.Cast("int64", n + 1) * (m_total // 2) + c * (sv // 2)],
+                              [pair_hi[j] for j in range(4)])
             for r in T.unroll(0 if pairs else vpt):
                 q = tx + r * threads
                 lane = q % 32
@@ -158,8 +168,11 @@ def build(p, arch):
                 n = (group // col_groups) * lanes_n + lane // lanes_c  # output row = input column
                 for i in T.unroll(sv):
                     out[i] = tile[swizzled(c * sv + i, n)]
-                for i in T.vectorized(sv):
-                    y[y_base + T.Cast("int64", n) * m_total + c * sv + i] = out[i]
+                if eb == 4:
+                    store_16b(y[y_base + T.Cast("int64", n) * m_total + c * sv], [out[i] for i in range(4)])
+                else:
+                    for i in T.vectorized(sv):
+                        y[y_base + T.Cast("int64", n) * m_total + c * sv + i] = out[i]
             T.pdl_trigger()
 
     return batched_transpose
