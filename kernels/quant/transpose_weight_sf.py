@@ -6,11 +6,9 @@ For every weight w (fp32 scales [G, nb, kb], block bs, n = nb*bs, k = kb*bs), tw
   sf1 word (g, c, q) at g*k*N4 + q*k + c = UE8M0 bytes of blocks (4q .. 4q+3, c // bs)
 (K4 = ceil(kb/4), N4 = ceil(nb/4); bytes past kb / nb are 0). Both are "MN-major": the words
 of one column q are contiguous along r (c), and (g, q) folds into one column index col, so the
-word sits at col * n + r. A task is 32 consecutive rows of one column: 4 scale loads (L1/L2
-hits, the input is tiny), one packed word, eight 16-byte stores of it (bs >= 32, so the 32 rows
-share a block). Each task waits on a short chain of dependent loads (table, then scales) before
-its stores, so bytes per task set the write bandwidth: 16-row tasks reached 45 % of copy
-bandwidth on the H200 (ncu: latency-bound, long-scoreboard stalls).
+word sits at col * n + r. A task is 16 consecutive rows of one column: 4 scale loads (L1/L2
+hits, the input is tiny), one packed word, four 16-byte stores of it (bs >= 32, so the 16 rows
+share a block).
 
 One launch serves every weight: a pointer table holds, per weight, int64 fields
 [first task, first sf1 task, input offset, sf0 offset, sf1 offset, n, k, 0]; offsets count
@@ -30,8 +28,7 @@ PARAM_NAMES = ("sf_dtype",)
 PASS_CONFIGS = THREAD_LEVEL
 
 THREADS = 256
-ROWS_PER_TASK = 32  # must divide every block (bs >= 32); python/tilekiln/quant/_weight_sf.py has the same
-LG_ROWS_PER_TASK = ROWS_PER_TASK.bit_length() - 1
+ROWS_PER_TASK = 16
 FIELDS = 8
 SEARCH_STEPS = 16  # binary search depth: up to 65536 weights
 ERR_WEIGHT_SF = 3
@@ -92,8 +89,8 @@ def build(p, arch):
                 iv[4] = T.shift_right(T.Cast("int32", table[base + 5]), lg_bs)  # nb
                 iv[5] = T.if_then_else(iv[0] == 1, iv[4], iv[3])  # packed count limit
                 iv[6] = T.shift_right(iv[5] + 3, 2)  # words per row (K4 or N4)
-                iv[7] = iv[1] // T.shift_right(iv[2], LG_ROWS_PER_TASK)  # col = g * words + q
-                iv[8] = iv[1] - iv[7] * T.shift_right(iv[2], LG_ROWS_PER_TASK)  # task row within the column
+                iv[7] = iv[1] // T.shift_right(iv[2], 4)  # col = g * words + q
+                iv[8] = iv[1] - iv[7] * T.shift_right(iv[2], 4)  # r16
                 iv[9] = iv[7] // iv[6]  # g
                 iv[10] = (iv[7] - iv[9] * iv[6]) * 4  # first packed block 4q
                 iv[11] = T.shift_right(iv[8] * ROWS_PER_TASK, lg_bs)  # block of the rows

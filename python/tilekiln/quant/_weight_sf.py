@@ -14,7 +14,7 @@ from tilekiln.quant import _lossless
 OP = "transpose_weight_sf"
 PARAM_NAMES = ("sf_dtype",)
 BLOCK_SIZES = (32, 128)
-ROWS_PER_TASK = 32  # kernels/quant/transpose_weight_sf.py
+ROWS_PER_TASK = 16  # kernels/quant/transpose_weight_sf.py
 ALIGN_WORDS = 8  # 32 bytes
 
 
@@ -128,7 +128,7 @@ def batched_transpose_weight_sf(sf, block_size, transpose_sf1s, outs):
     in_base = min(sf[i].data_ptr() for i, _ in live)
     out_base = min(min(results[i][0].data_ptr(), results[i][1].data_ptr()) for i, _ in live)
     for i, (shape3, n, k, l0, l1, w0, w1) in live:
-        t0, t1 = w0 // ROWS_PER_TASK, w1 // ROWS_PER_TASK  # a task = 32 rows of one column (n, k % 128 == 0)
+        t0, t1 = w0 // ROWS_PER_TASK, w1 // ROWS_PER_TASK  # a task = 16 rows of one column (n, k % 128 == 0)
         rows.append([task, task + t0, (sf[i].data_ptr() - in_base) // 4, (results[i][0].data_ptr() - out_base) // 16,
                      (results[i][1].data_ptr() - out_base) // 16, n, k, 0])
         task += t0 + t1
