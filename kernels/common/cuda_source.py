@@ -21,3 +21,9 @@ __device__ __forceinline__ int tk_store_16b(void* p, unsigned a, unsigned b, uns
     return 0;
 }
 """)
+
+
+def store_16b(T, dst, words):
+    """Emit one STG.128 of four 32-bit words at ``dst`` (a buffer element, 16-byte aligned); the kernel
+    imports STORE_16B_SOURCE. ``T`` is tilelang.language (this module stays importable without it)."""
+    T.evaluate(T.call_extern("int32", "tk_store_16b", T.address_of(dst), *words))

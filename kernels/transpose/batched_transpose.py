@@ -69,7 +69,7 @@ def threads_for(elem_bytes, vectors_per_thread):
 def build(p, arch):
     import tilelang.language as T
 
-    from kernels.common.cuda_source import STORE_16B_SOURCE
+    from kernels.common.cuda_source import STORE_16B_SOURCE, store_16b
 
     del arch
     eb = p["elem_bytes"]
@@ -96,10 +96,6 @@ def build(p, arch):
 
     def perm(a, b, selector):
         return T.call_extern("uint32", "__byte_perm", a, b, T.uint32(selector))
-
-    def store_16b(dst, words):
-        """One STG.128 of four 32-bit words (see kernels/common/cuda_source.STORE_16B_SOURCE)."""
-        T.evaluate(T.call_extern("int32", "tk_store_16b", T.address_of(dst), *words))
 
     @T.prim_func
     def batched_transpose(
@@ -156,9 +152,9 @@ def build(p, arch):
                     for j in T.unroll(sv // 2):  # low halves: column n; high halves: column n + 1
                         pair_lo[j] = perm(pair_in[2 * j], pair_in[2 * j + 1], 0x5410)
                         pair_hi[j] = perm(pair_in[2 * j], pair_in[2 * j + 1], 0x7632)
-                    store_16b(y[y_word + T.Cast("int64", n) * (m_total // 2) + c * (sv // 2)],
+                    store_16b(T, y[y_word + T.Cast("int64", n) * (m_total // 2) + c * (sv // 2)],
                               [pair_lo[j] for j in range(4)])
-                    store_16b(y[y_word + T.Cast("int64", n + 1) * (m_total // 2) + c * (sv // 2)],
+                    store_16b(T, y[y_word + T.Cast("int64", n + 1) * (m_total // 2) + c * (sv // 2)],
                               [pair_hi[j] for j in range(4)])
             for r in T.unroll(0 if pairs else vpt):
                 q = tx + r * threads
@@ -169,7 +165,7 @@ def build(p, arch):
                 for i in T.unroll(sv):
                     out[i] = tile[swizzled(c * sv + i, n)]
                 if eb == 4:
-                    store_16b(y[y_base + T.Cast("int64", n) * m_total + c * sv], [out[i] for i in range(4)])
+                    store_16b(T, y[y_base + T.Cast("int64", n) * m_total + c * sv], [out[i] for i in range(4)])
                 else:
                     for i in T.vectorized(sv):
                         y[y_base + T.Cast("int64", n) * m_total + c * sv + i] = out[i]
