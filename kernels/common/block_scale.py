@@ -25,3 +25,19 @@ def ue8m0_scale(amax, fmt_max):
     """(UE8M0 byte as uint8, multiplier 2**-e) of a power-of-two scale."""
     e = round_sf_exponent(amax, fmt_max)
     return T.Cast("uint8", e + 127), pow2(-e)
+
+
+@T.macro
+def fold_column_amax(part, amax, warp, lane, vec, warps, clamp_min):
+    """Per-column amax over a CTA's warps (per-channel quantizers): each warp stores its partial amax of
+    its ``vec`` columns per lane into the shared ``part`` [warps, 32 * vec], one barrier, then every thread
+    folds all warps' partials of its columns into ``amax``, floored at ``clamp_min``."""
+    for i in T.vectorized(vec):
+        part[warp, lane * vec + i] = amax[i]
+    T.sync_threads()
+    for i in T.unroll(vec):
+        amax[i] = T.max(part[0, lane * vec + i], clamp_min)
+    for w in T.unroll(1, warps):
+        for i in T.unroll(vec):
+            amax[i] = T.max(amax[i], part[w, lane * vec + i])
+

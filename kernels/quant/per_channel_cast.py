@@ -82,6 +82,7 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
 
+    from kernels.common.block_scale import fold_column_amax
     from kernels.common.numerics import pow2, round_sf_exponent
 
     del arch
@@ -183,14 +184,7 @@ def build(p, arch):
                     else:
                         for i in T.unroll(vec):  # fmaxf: a NaN element does not raise the amax
                             amax[i] = T.max(amax[i], T.abs(T.Cast("float32", xr[r, i])))
-            for i in T.vectorized(vec):
-                part[warp, lane * vec + i] = amax[i]
-            T.sync_threads()
-            for i in T.unroll(vec):
-                amax[i] = T.max(part[0, lane * vec + i], clamp_min)
-            for w in T.unroll(1, WARPS):
-                for i in T.unroll(vec):
-                    amax[i] = T.max(amax[i], part[w, lane * vec + i])
+            fold_column_amax(part, amax, warp, lane, vec, WARPS, clamp_min)
 
             for i in T.unroll(vec):
                 if sf_kind == "fp32":

@@ -51,6 +51,7 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
 
+    from kernels.common.block_scale import fold_column_amax
     from kernels.common.numerics import pow2, round_sf_exponent
 
     del arch
@@ -144,14 +145,7 @@ def build(p, arch):
                 for r in T.unroll(GROUP):
                     for i in T.unroll(VEC):  # fmaxf: a NaN element does not raise the amax
                         amax[i] = T.max(amax[i], T.abs(y[r, i]))
-            for i in T.vectorized(VEC):
-                part[warp, lane * VEC + i] = amax[i]
-            T.sync_threads()
-            for i in T.unroll(VEC):
-                amax[i] = T.max(part[0, lane * VEC + i], clamp_min)
-            for w in T.unroll(1, WARPS):
-                for i in T.unroll(VEC):
-                    amax[i] = T.max(amax[i], part[w, lane * VEC + i])
+            fold_column_amax(part, amax, warp, lane, VEC, WARPS, clamp_min)
             for i in T.unroll(VEC):
                 if round_sf == 0:  # sf_inv = 448 / amax directly, not 1 / sf (§2.1)
                     inv[i] = T.float32(FMT_MAX) / amax[i]
