@@ -5,7 +5,8 @@
 Reads bench_foundation.json and every bench_ops_*.json (the per-family scripts write either a
 list of records or {"records": [...]}; the copy ceiling is the record named copy_ceiling or the
 file's copy_ceiling_gbs). Columns: op, parameters, bytes moved, device time, % of the copy
-ceiling measured in the same run.
+ceiling measured in the same run. Times not from graph replay are marked "(events)"; a case that
+raised shows its error.
 """
 import json
 import sys
@@ -47,8 +48,13 @@ def main(folder):
                   "| op | parameters | bytes | time (µs) | % of copy |", "|---|---|---|---|---|"]
         for r in recs:
             name = r.get("name") or r.get("op") or r.get("kernel")
+            if "error" in r:  # a case that raised: its message instead of a time
+                lines.append(f"| {name} | {_fmt_params(r.get('params'))} | | failed: {r['error']} | |")
+                continue
             t = r.get("time_us", r.get("time_s"))
             unit = "" if "time_us" in r else " s"
+            if r.get("method") == "events":  # not graph replay: back-to-back calls between CUDA events
+                unit += " (events)"
             pct = r.get("pct_of_copy", "")
             lines.append(f"| {name} | {_fmt_params(r.get('params'))} | {r.get('bytes', '')} | {t}{unit} | {pct} |")
         lines.append("")
