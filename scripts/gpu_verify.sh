@@ -96,7 +96,7 @@ PY
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
         --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \
         -o "$work/profile/$name" -f $PY "$b" --out "$work/profile/$name.json" > "$work/profile/$name.log" 2>&1 \
-      || echo "PROFILE FAILED or timed out: $b (tail of its log:)" && tail -3 "$work/profile/$name.log"
+      || { echo "PROFILE FAILED or timed out: $b (tail of its log:)"; tail -3 "$work/profile/$name.log"; }
     [ -e "$work/profile/$name.ncu-rep" ] && ncu -i "$work/profile/$name.ncu-rep" --csv --page raw \
         > "$work/profile/$name.csv" 2>/dev/null || true
     tar -czf "$OUT/profile.tgz" -C "$work" profile

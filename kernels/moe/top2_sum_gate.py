@@ -74,6 +74,7 @@ def build(p, arch):
     del arch
     epl = p["experts_per_lane"]
     sort_lane = lane_sort(T, epl)
+    sort_half = lane_sort(T, max(epl // 2, 1))  # the compacted half-lists
     neg_inf = T.float32(float("-inf"))
     no_expert = 1 << 20  # larger than any expert index: loses every redux.min
     logits_numel, e_numel, t_numel, map_numel, cnt_numel, un_numel, out_numel = T.dynamic(
@@ -301,17 +302,7 @@ def build(p, arch):
                                             T.bitwise_and(part, 1) != 0, tmp[epl // 2 + i], tmp[i]), neg_inf)
                                         ci[i] = src * epl + T.bitwise_and(part, 1) * (epl // 2) + i
                                     # the same stable sort and rounds as below, on epl / 2 slots
-                                    for step in T.unroll(epl // 2):
-                                        for i in T.unroll(epl // 4 + 1):
-                                            j = i * 2 + step % 2
-                                            if j + 1 < epl // 2:
-                                                up = cv[j + 1] > cv[j]
-                                                swap_i[0] = T.if_then_else(up, ci[j + 1], ci[j])
-                                                ci[j + 1] = T.if_then_else(up, ci[j], ci[j + 1])
-                                                ci[j] = swap_i[0]
-                                                swap_f[0] = T.max(cv[j], cv[j + 1])
-                                                cv[j + 1] = T.min(cv[j], cv[j + 1])
-                                                cv[j] = swap_f[0]
+                                    sort_half(cv, ci, swap_f, swap_i)
                                     for k in T.unroll(epl):
                                         r = epl - 1 - k  # rounds after this one
                                         top = T.call_extern("int32", "__reduce_max_sync", T.uint32(0xFFFFFFFF),

@@ -156,19 +156,20 @@ def build(p, arch):
                               [pair_lo[j] for j in range(4)])
                     store_16b(T, y[y_word + T.Cast("int64", n + 1) * (m_total // 2) + c * (sv // 2)],
                               [pair_hi[j] for j in range(4)])
-            for r in T.unroll(0 if pairs else vpt):
-                q = tx + r * threads
-                lane = q % 32
-                group = q // 32
-                c = (group % col_groups) * lanes_c + lane % lanes_c  # output chunk: input rows c*sv ..
-                n = (group // col_groups) * lanes_n + lane // lanes_c  # output row = input column
-                for i in T.unroll(sv):
-                    out[i] = tile[swizzled(c * sv + i, n)]
-                if eb == 4:
-                    store_16b(T, y[y_base + T.Cast("int64", n) * m_total + c * sv], [out[i] for i in range(4)])
-                else:
-                    for i in T.vectorized(sv):
-                        y[y_base + T.Cast("int64", n) * m_total + c * sv + i] = out[i]
+            else:
+                for r in T.unroll(vpt):
+                    q = tx + r * threads
+                    lane = q % 32
+                    group = q // 32
+                    c = (group % col_groups) * lanes_c + lane % lanes_c  # output chunk: input rows c*sv ..
+                    n = (group // col_groups) * lanes_n + lane // lanes_c  # output row = input column
+                    for i in T.unroll(sv):
+                        out[i] = tile[swizzled(c * sv + i, n)]
+                    if eb == 4:
+                        store_16b(T, y[y_base + T.Cast("int64", n) * m_total + c * sv], [out[i] for i in range(4)])
+                    else:
+                        for i in T.vectorized(sv):
+                            y[y_base + T.Cast("int64", n) * m_total + c * sv + i] = out[i]
             T.pdl_trigger()
 
     return batched_transpose
