@@ -52,7 +52,7 @@ def test_alias_and_zero_tokens():
     assert idx.shape == (0, 9) and idx.dtype == torch.int64 and w.dtype == torch.float32
 
 
-def test_backward_checks_and_cpu_result():
+def test_backward_checks():
     s = torch.rand(8, 64) + 0.1
     idx = torch.randint(0, 64, (8, 4))
     w, g = torch.rand(8, 4), torch.randn(8, 4)
@@ -63,19 +63,31 @@ def test_backward_checks_and_cpu_result():
                                             grad_scores_sum=torch.zeros(3, 64))
     with pytest.raises(ValueError, match=r"grad_topk_weights must be \[8, 4\]"):
         tilekiln.moe.moe_topk_gate_backward(s, idx, w, g[:, :3], 2.5)
-    got = tilekiln.moe.moe_topk_gate_backward(s, idx, w, g, 2.5)
-    assert torch.equal(got, tilekiln.torch.moe_topk_gate_backward(s, idx, w, g, 2.5))
+    with pytest.raises(ValueError, match="topk_weights must be contiguous"):
+        tilekiln.moe.moe_topk_gate_backward(s, idx, torch.rand(4, 8).t(), g, 2.5)
+    with pytest.raises(ValueError, match=r"experts\) must be in 1..512"):
+        tilekiln.moe.moe_topk_gate_backward(torch.rand(8, 513), idx, w, g, 2.5)
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        tilekiln.moe.moe_topk_gate_backward(s, idx, w, g, 2.5)
+    assert tilekiln.moe.moe_topk_gate_backward(s[:0], idx[:0], w[:0], g[:0], 2.5).shape == (0, 64)
 
 
-def test_aux_ops_checks_and_results():
+def test_aux_ops_checks():
     idx = torch.tensor([[0, 1, 1, -1], [3, 3, 3, 0]])
-    assert tilekiln.moe.group_count(idx, 5).tolist() == [2, 2, 0, 3, 0]
-    assert tilekiln.moe.aux_fi(idx, 4, 2).tolist() == [2.0, 2.0, 0.0, 3.0]
+    for call in (lambda: tilekiln.moe.group_count(idx, 5), lambda: tilekiln.moe.aux_fi(idx, 4, 2),
+                 lambda: tilekiln.moe.mask_indices_by_tp(idx, 32, 4, 1, 2),
+                 lambda: tilekiln.moe.inplace_unique_group_indices(idx, 8)):
+        with pytest.raises(ValueError, match="CUDA tensor"):
+            call()
     with pytest.raises(TypeError, match="group_idx has dtype torch.int32"):
         tilekiln.moe.group_count(idx.int(), 5)
     with pytest.raises(ValueError, match="num_groups must be in 1..128"):
         tilekiln.moe.inplace_unique_group_indices(idx, 129)
     with pytest.raises(ValueError, match="tp_rank must be in 0..1"):
         tilekiln.moe.mask_indices_by_tp(idx, 32, 4, 2, 2)
-    tilekiln.moe.inplace_unique_group_indices(idx, 8)
-    assert idx.tolist() == [[0, 1, -1, -1], [3, -1, -1, 0]]
+    with pytest.raises(ValueError, match=r"group_indices.shape\[1\] must be at most 32"):
+        tilekiln.moe.inplace_unique_group_indices(torch.zeros(2, 33, dtype=torch.int64), 8)
+    with pytest.raises(ValueError, match="inner stride 1"):
+        tilekiln.moe.group_count(torch.zeros(8, 4, dtype=torch.int64).t(), 8)
+    assert tilekiln.moe.group_count(idx[:0], 5).tolist() == [0] * 5
+    assert tilekiln.moe.aux_fi(idx[:0], 4, 2).tolist() == [0.0] * 4

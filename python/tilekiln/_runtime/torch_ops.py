@@ -22,7 +22,7 @@ OP_FAMILY = {
         "norm_forward"), _QUANT),
     **dict.fromkeys((
         "topk_gate", "normalize_weight", "top2_sum_gate", "topk_sum_and_topk_group_idx", "moe_topk_gate_forward",
-        "moe_topk_gate_backward"), _MOE),
+        "moe_topk_gate_backward", "group_count", "aux_fi", "mask_indices_by_tp", "inplace_unique_group_indices"), _MOE),
     **dict.fromkeys(("transpose", "batched_transpose"), _TRANSPOSE),
 }
 

@@ -3,12 +3,11 @@
 Each op lives in its own module (``_topk``, ``_normalize``, ``_top2_sum``, ``_topk_sum``, ``_router21``,
 ``_aux``, ``_fused``); this file exports them and registers the torch.library ops ``torch.compile`` traces.
 get_fused_mapping and friends (v1 dispatch/combine) are plain Python entry points: get_fused_mapping may
-return a host list. The auxiliary v1 ops are deterministic torch compositions.
+return a host list. The auxiliary v1 ops (``_aux``) are registered ops too.
 """
 import torch
 
-from tilekiln.moe import _normalize, _router21, _top2_sum, _topk, _topk_sum
-from tilekiln.moe._aux import aux_fi, group_count, inplace_unique_group_indices, mask_indices_by_tp  # noqa: F401
+from tilekiln.moe import _aux, _normalize, _router21, _top2_sum, _topk, _topk_sum
 from tilekiln.moe._fused import expand_to_fused, expand_to_fused_with_sf, get_fused_mapping, reduce_fused  # noqa: F401
 from tilekiln.moe._topk import NonFiniteScoresError, check_errors, set_sync_checks  # noqa: F401
 
@@ -200,3 +199,79 @@ def topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups):
     if torch.compiler.is_compiling():
         return torch.ops.tilekiln.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
     return _topk_sum.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
+
+
+# v1 auxiliary ops (moe/_aux.py): one kernel each, graph-capturable.
+
+
+@torch.library.custom_op("tilekiln::group_count", mutates_args=(), device_types="cuda")
+def _group_count_op(group_idx: torch.Tensor, num_groups: int) -> torch.Tensor:
+    return _aux.group_count(group_idx, num_groups)
+
+
+@_group_count_op.register_fake
+def _(group_idx, num_groups):
+    _aux.check_ids("group_idx", group_idx)
+    return group_idx.new_empty((num_groups,), dtype=torch.int32)
+
+
+def group_count(group_idx, num_groups):
+    """int32 histogram [num_groups] of the ids of group_idx ([T, K] int64); -1 and ids >= num_groups ignored."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tilekiln.group_count(group_idx, num_groups)
+    return _aux.group_count(group_idx, num_groups)
+
+
+@torch.library.custom_op("tilekiln::aux_fi", mutates_args=(), device_types="cuda")
+def _aux_fi_op(topk_idx: torch.Tensor, num_experts: int, num_aux_topk: int) -> torch.Tensor:
+    return _aux.aux_fi(topk_idx, num_experts, num_aux_topk)
+
+
+@_aux_fi_op.register_fake
+def _(topk_idx, num_experts, num_aux_topk):
+    _aux.check_ids("topk_idx", topk_idx)
+    return topk_idx.new_empty((num_experts,), dtype=torch.float32)
+
+
+def aux_fi(topk_idx, num_experts, num_aux_topk):
+    """Load-balance frequencies [E] fp32: count_e * E / (T * num_aux_topk), -1 ignored (tile_kernels v1)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tilekiln.aux_fi(topk_idx, num_experts, num_aux_topk)
+    return _aux.aux_fi(topk_idx, num_experts, num_aux_topk)
+
+
+@torch.library.custom_op("tilekiln::mask_indices_by_tp", mutates_args=(), device_types="cuda")
+def _mask_indices_by_tp_op(indices: torch.Tensor, n: int, num_ep_ranks: int, tp_rank: int,
+                           num_tp_ranks: int) -> torch.Tensor:
+    return _aux.mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks)
+
+
+@_mask_indices_by_tp_op.register_fake
+def _(indices, n, num_ep_ranks, tp_rank, num_tp_ranks):
+    _aux.check_ids("indices", indices, _aux.INT_DTYPES)
+    return torch.empty_like(indices, memory_format=torch.contiguous_format)
+
+
+def mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks):
+    """This TP rank's experts of indices ([T, K], any int dtype), renumbered locally; the others -1 (v1)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tilekiln.mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks)
+    return _aux.mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks)
+
+
+@torch.library.custom_op("tilekiln::inplace_unique_group_indices", mutates_args=("group_indices",),
+                         device_types="cuda")
+def _inplace_unique_group_indices_op(group_indices: torch.Tensor, num_groups: int) -> None:
+    _aux.inplace_unique_group_indices(group_indices, num_groups)
+
+
+@_inplace_unique_group_indices_op.register_fake
+def _(group_indices, num_groups):
+    return None
+
+
+def inplace_unique_group_indices(group_indices, num_groups):
+    """In place: repeats of a group id within a row ([T, K] int64), after its first occurrence, become -1 (v1)."""
+    if torch.compiler.is_compiling():
+        return torch.ops.tilekiln.inplace_unique_group_indices(group_indices, num_groups)
+    return _aux.inplace_unique_group_indices(group_indices, num_groups)

@@ -3,8 +3,9 @@
 Differences from the peer, by design: non-finite logits of a routed row do not device-assert (that kills
 the CUDA context); the row becomes -1 / 0 and NonFiniteScoresError is raised by the next routing call or
 ``check_errors()`` (the host-mapped error word of moe/_topk.py). Fixed-routing entries outside [0, E)
-give idx -1 / weight 0 instead of an assert. The backward is composed of torch ops on the device (the
-peer's kernel is fast-math and uses float atomics: not bit-reproducible either way).
+give idx -1 / weight 0 instead of an assert. The backward is one kernel, deterministic (fixed summation
+order, no atomics) but not bit-identical to the torch reference or the fast-math peer; ids outside [0, E)
+are skipped like -1. Its inputs must be contiguous.
 """
 import torch
 
@@ -17,6 +18,8 @@ PARAM_NAMES = ("experts_per_lane",)
 MAX_EXPERTS = 512
 WARP = 32
 MASK, FIX, MAP, UNMAPPED, VEC4, BIAS, IMAGE, RANDOM, SCORES = 1, 2, 4, 8, 16, 32, 64, 128, 256
+BWD_OP = "moe_topk_gate_backward"  # kernels/moe/moe_topk_gate_backward.py; same PARAM_NAMES
+BWD_AUX, BWD_VEC4 = 1, 2
 
 
 def _expert_vec(name, v, e, ref):
@@ -124,6 +127,8 @@ def check_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_sca
                    grad_scores_sum, out):
     checks.tensor("scores", scores, (torch.float32,), ndim=2)
     t, e = scores.shape
+    if not 1 <= e <= MAX_EXPERTS:
+        raise ValueError(f"scores.shape[1] (experts) must be in 1..{MAX_EXPERTS}, got {e}")
     if scoring_func != "sqrtsoftplus":
         raise ValueError(f"scoring_func must be 'sqrtsoftplus', got {scoring_func!r}")
     checks.tensor("topk_idx", topk_idx, (torch.int64,), ndim=2)
@@ -153,14 +158,32 @@ def check_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_sca
         if tuple(out.shape) != (t, e):
             raise ValueError(f"out must be [{t}, {e}] fp32, got {tuple(out.shape)}")
         checks.same_device("out", out, "scores", scores)
+    if t:  # the kernel addresses every [T, *] operand as a dense row-major array
+        for name, v in (("scores", scores), ("topk_idx", topk_idx), ("topk_weights", topk_weights),
+                        ("grad_topk_weights", grad_topk_weights), ("grad_scores_sum", grad_scores_sum), ("out", out)):
+            if v is not None and not v.is_contiguous():
+                raise ValueError(f"{name} must be contiguous, got strides {tuple(v.stride())}")
     return t, e
 
 
 def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor,
                            scoring_func="sqrtsoftplus", mask=None, grad_scores_sum=None, out=None):
-    check_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor, scoring_func, mask,
-                   grad_scores_sum, out)
-    from tilekiln.torch.moe_router import moe_topk_gate_backward as composed
-
-    return composed(scores, topk_idx, topk_weights, grad_topk_weights, float(routed_scaling_factor), scoring_func,
-                    mask, grad_scores_sum, out)
+    t, e = check_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor, scoring_func, mask,
+                          grad_scores_sum, out)
+    grad = out if out is not None else torch.empty((t, e), dtype=torch.float32, device=scores.device)
+    if t == 0:
+        return grad
+    checks.cuda("scores", scores)
+    flags = 0
+    if mask is not None:
+        flags |= BWD_AUX
+    epl = -(-e // WARP)
+    if epl % 4 == 0 and scores.data_ptr() % 16 == 0 and grad.data_ptr() % 16 == 0:
+        flags |= BWD_VEC4
+    dummy = scores.data_ptr()  # stands in for the absent aux inputs (never read: the flag says so)
+    launch(BWD_OP, PARAM_NAMES, (epl,), scores.device,
+           (scores.data_ptr(), topk_idx.data_ptr(), topk_weights.data_ptr(), grad_topk_weights.data_ptr(),
+            dummy if mask is None else mask.data_ptr(), dummy if mask is None else grad_scores_sum.data_ptr(),
+            grad.data_ptr(), t, e, e // 4, topk_idx.shape[1], float(routed_scaling_factor),
+            t // grad_scores_sum.shape[0] if mask is not None else 1, flags))
+    return grad

@@ -1,0 +1,159 @@
+"""moe_topk_gate_backward: the gradient of the 2.1 sqrt-softplus router w.r.t. the logits (OPERATORS.md §3.1).
+
+One warp per token, lane L owning experts [L*EPL, L*EPL + EPL) as in the forward (routing.py):
+
+* lane k < K loads (idx_k, w_k, g_k) and, for a valid idx_k (in [0, E)), s_k = scores[t, idx_k];
+  <g, w> and D = sum s_k + 1e-20 are xor-butterfly sums (16, 8, 4, 2, 1) over the lanes.
+* K rounds broadcast (idx_k, (rsf*g_k - <g, w>)/D); the owner lane adds it to its expert's
+  route term in registers, in k order (duplicates under fixed routing accumulate; no atomics).
+* tokens in ``mask`` (AUX flag) add (h - <h, s>/S)/S with S = sum of the row's scores and h the row
+  t // tokens_per_seq of grad_scores_sum; both sums are butterflies over the lanes.
+* out = ds/dx * route, ds/dx recovered from s as the reference's sqrt_softplus_grad (u < 1: the
+  polynomial; else 0.5 (1 - exp(-u)) / s) with IEEE division.
+
+The result is deterministic (fixed summation order) but not bit-identical to the torch reference, whose
+sums run in torch's order; the tests compare within 1e-5 relative. Compile-time: EPL only.
+"""
+from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS is this op's own too)
+    EPS,
+    PASS_CONFIGS,
+    WARPS_PER_CTA,
+    experts_per_lane_problem,
+)
+
+OP = "moe_topk_gate_backward"
+PARAM_NAMES = ("experts_per_lane",)
+AUX, VEC4 = 1, 2  # flags
+# sqrt_softplus_grad's polynomial for u = s*s < 1 (highest degree first), as python/tilekiln/torch/moe_router.py
+POLY = (0.000129130945, -0.00130112655, 0.00827621203, -0.041647464, 0.166663632, -0.499999821)
+
+
+def invalid_reason(p):
+    return experts_per_lane_problem(p)
+
+
+def build(p, arch):
+    import tilelang.language as T
+
+    del arch
+    epl = p["experts_per_lane"]
+    sc_numel, tk_numel, t_numel, h_numel = T.dynamic("sc_numel, tk_numel, t_numel, h_numel")
+
+    @T.prim_func
+    def moe_topk_gate_backward(
+        scores: T.Tensor((sc_numel,), "float32"),  # [T, E] contiguous (the forward's scores)
+        topk_idx: T.Tensor((tk_numel,), "int64"),  # [T, K] contiguous
+        topk_weights: T.Tensor((tk_numel,), "float32"),
+        grad_topk_weights: T.Tensor((tk_numel,), "float32"),
+        mask: T.Tensor((t_numel,), "uint8"),
+        grad_scores_sum: T.Tensor((h_numel,), "float32"),  # [Q, E] contiguous
+        out: T.Tensor((sc_numel,), "float32"),  # [T, E] contiguous
+        num_tokens: T.int32,
+        num_experts: T.int32,
+        experts_div4: T.int32,  # E / 4 (the VEC4 addressing: provably 16-byte aligned)
+        num_topk: T.int32,
+        routed_scaling_factor: T.float32,
+        tokens_per_seq: T.int32,  # T / Q
+        flags: T.int32,
+    ):
+        with T.Kernel(T.ceildiv(num_tokens, WARPS_PER_CTA), threads=32 * WARPS_PER_CTA) as bx:
+            tx = T.get_thread_binding()
+            lane = tx % 32
+            token = bx * WARPS_PER_CTA + tx // 32
+            base = lane * epl
+            s = T.alloc_local((epl,), "float32")
+            route = T.alloc_local((epl,), "float32")
+            h = T.alloc_local((epl,), "float32")
+            my_e = T.alloc_var("int32")
+            e64 = T.alloc_var("int64")
+            g = T.alloc_var("float32")
+            gw = T.alloc_var("float32")
+            picked = T.alloc_var("float32")
+            dot = T.alloc_var("float32")
+            den = T.alloc_var("float32")
+            term = T.alloc_var("float32")
+            ssum = T.alloc_var("float32")
+            hs = T.alloc_var("float32")
+            row = T.Cast("int64", token) * num_experts
+            row4 = T.Cast("int64", token) * experts_div4 + lane * (epl // 4)
+            k_row = T.Cast("int64", token) * num_topk
+            T.pdl_sync()
+            if token < num_tokens:
+                vec4 = epl % 4 == 0 and T.bitwise_and(flags, VEC4) != 0
+                if vec4:
+                    for c in T.unroll(epl // 4):
+                        if base + c * 4 < num_experts:
+                            for i in T.vectorized(4):
+                                s[c * 4 + i] = scores[(row4 + c) * 4 + i]
+                        else:
+                            for i in T.unroll(4):
+                                s[c * 4 + i] = T.float32(0)
+                else:
+                    for j in T.unroll(epl):
+                        s[j] = T.float32(0)
+                        if base + j < num_experts:
+                            s[j] = scores[row + base + j]
+                my_e = -1
+                g = T.float32(0)
+                gw = T.float32(0)
+                picked = T.float32(0)
+                if lane < num_topk:
+                    e64 = topk_idx[k_row + lane]
+                    if e64 >= T.int64(0) and e64 < T.Cast("int64", num_experts):
+                        my_e = T.Cast("int32", e64)
+                        g = grad_topk_weights[k_row + lane]
+                        picked = scores[row + my_e]
+                    gw = g * topk_weights[k_row + lane]
+                dot = gw
+                den = picked
+                for r in T.unroll(5):  # xor butterflies: every lane ends with the sums
+                    dot = dot + T.shfl_xor(dot, 16 >> r)
+                    den = den + T.shfl_xor(den, 16 >> r)
+                den = den + T.float32(EPS)
+                term = (routed_scaling_factor * g - dot) / den
+                for j in T.unroll(epl):
+                    route[j] = T.float32(0)
+                for k in T.serial(num_topk):
+                    e = T.shfl_sync(my_e, k)
+                    v = T.shfl_sync(term, k)
+                    for j in T.unroll(epl):
+                        if e == base + j:
+                            route[j] = route[j] + v
+                if T.bitwise_and(flags, AUX) != 0 and mask[token] != T.uint8(0):
+                    h_row = T.Cast("int64", token // tokens_per_seq) * num_experts
+                    ssum = T.float32(0)
+                    hs = T.float32(0)
+                    for j in T.unroll(epl):
+                        h[j] = T.float32(0)
+                        if base + j < num_experts:
+                            h[j] = grad_scores_sum[h_row + base + j]
+                        ssum = ssum + s[j]
+                        hs = hs + h[j] * s[j]
+                    for r in T.unroll(5):
+                        ssum = ssum + T.shfl_xor(ssum, 16 >> r)
+                        hs = hs + T.shfl_xor(hs, 16 >> r)
+                    inv = T.float32(1) / ssum
+                    mean = hs * inv
+                    for j in T.unroll(epl):
+                        route[j] = route[j] + (h[j] - mean) * inv
+                for j in T.unroll(epl):
+                    u = s[j] * s[j]
+                    half = T.float32(0.5) * s[j]
+                    q = T.float32(POLY[0])
+                    for c in POLY[1:]:
+                        q = q * u + T.float32(c)
+                    small = (u * q) * half + half
+                    large = T.float32(0.5) * ((T.float32(1) - T.call_extern("float32", "expf", -u)) / s[j])
+                    route[j] = T.if_then_else(u < T.float32(1), small, large) * route[j]
+                if vec4:
+                    for c in T.unroll(epl // 4):
+                        if base + c * 4 < num_experts:
+                            for i in T.vectorized(4):
+                                out[(row4 + c) * 4 + i] = route[c * 4 + i]
+                else:
+                    for j in T.unroll(epl):
+                        if base + j < num_experts:
+                            out[row + base + j] = route[j]
+            T.pdl_trigger()
+
+    return moe_topk_gate_backward
