@@ -2,7 +2,8 @@
 
 One warp per token, lane L owning experts [L*EPL, L*EPL + EPL) as in the forward (routing.py):
 
-* lane k < K loads (idx_k, w_k, g_k) and, for a valid idx_k (in [0, E)), s_k = scores[t, idx_k];
+* lane k < K loads (idx_k, w_k, g_k) and, for a valid idx_k (in [0, E)), fetches s_k from the owner
+  lane's registers;
   <g, w> and D = sum s_k + 1e-20 are xor-butterfly sums (16, 8, 4, 2, 1) over the lanes.
 * K rounds broadcast (idx_k, (rsf*g_k - <g, w>)/D); the owner lane adds it to its expert's
   route term in registers, in k order (duplicates under fixed routing accumulate; no atomics).
@@ -102,8 +103,14 @@ def build(p, arch):
                     if e64 >= T.int64(0) and e64 < T.Cast("int64", num_experts):
                         my_e = T.Cast("int32", e64)
                         g = grad_topk_weights[k_row + lane]
-                        picked = scores[row + my_e]
                     gw = g * topk_weights[k_row + lane]
+                # s of the own expert from its owner lane's registers (no dependent global load)
+                owner = T.max(my_e, 0) // epl
+                slot = T.max(my_e, 0) - owner * epl
+                for j in T.unroll(epl):
+                    v = T.shfl_sync(s[j], owner)
+                    if slot == j and my_e >= 0:
+                        picked = v
                 dot = gw
                 den = picked
                 for r in T.unroll(5):  # xor butterflies: every lane ends with the sums
