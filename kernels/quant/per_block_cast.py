@@ -87,12 +87,8 @@ def build(p, arch):
         write_data: T.int32,
         clamp_min: T.float32,
     ):
-        # One grid dimension, column blocks fastest: CTAs launched together cover whole rows, so the
-        # DRAM stream is sequential instead of one 512 B piece per row at the row stride.
-        num_col_blocks = T.ceildiv(hidden_div64 * 64, seg)
-        with T.Kernel(T.ceildiv(num_tokens, CTA_ROWS) * num_col_blocks, threads=32 * WARPS) as bid:
-            bx = T.truncdiv(bid, num_col_blocks)
-            by = bid - bx * num_col_blocks
+        with T.Kernel(T.ceildiv(num_tokens, CTA_ROWS), T.ceildiv(hidden_div64 * 64, seg),
+                      threads=32 * WARPS) as (bx, by):
             # Two CTAs per SM (<= 128 registers): one CTA's loads overlap the other's
             # barrier / convert / store phase. Without it nvcc keeps fp32 copies (~155 regs).
             # bf16 -> e2m1 does not fit in 128 (the FP4 packing spills 72 B), so it keeps one.

@@ -140,12 +140,8 @@ def build(p, arch):
         num_row_blocks: T.int32,
         num_col_blocks: T.int32,
     ):
-        # One grid dimension, column blocks fastest: CTAs launched together cover whole rows, so the
-        # DRAM stream is sequential instead of one 2 KB piece per row at the row stride (and the row
-        # blocks are not limited to gridDim.y's 65535).
-        with T.Kernel(num_row_blocks * num_col_blocks, threads=32 * WARPS_PER_CTA) as bid:
-            bx = T.truncdiv(bid, num_col_blocks)
-            by = bid - bx * num_col_blocks
+        with T.Kernel(num_row_blocks, num_col_blocks,
+                      threads=32 * WARPS_PER_CTA) as (bx, by):
             tx = T.get_thread_binding()
             lane = tx % 32
             col = (by * WARPS_PER_CTA + tx // 32) * seg + lane * vec
