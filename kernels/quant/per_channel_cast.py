@@ -152,9 +152,7 @@ def build(p, arch):
         pos_to_token: T.Tensor((pos_numel,), "int32"),  # "gather": source row of each output row, -1 = padding
         num_rows: T.int32,  # "tail"/"gather": output rows (T or N); ignored in "full" mode
     ):
-        # Token blocks are the fast grid dimension: CTAs resident together spread over many rows, which
-        # streams faster on the H200 than whole rows (measured on per_token_cast, run 93a5a23).
-        with T.Kernel(num_token_blocks, T.ceildiv(hidden_div128 * 128, cols), threads=32 * WARPS) as (tb, bx):
+        with T.Kernel(T.ceildiv(hidden_div128 * 128, cols), num_token_blocks, threads=32 * WARPS) as (bx, tb):
             # The row guards/gather need a few more registers: 3 CTAs/SM (80 regs) spilled there.
             T.annotate_min_blocks_per_sm(MIN_BLOCKS if mode == "full" else 2)
             tx = T.get_thread_binding()
