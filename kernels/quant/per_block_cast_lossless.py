@@ -101,9 +101,7 @@ def build(p, arch):
         lg_bm_out: T.int32,
         lg_kq_out: T.int32,
     ):
-        # Token tiles are the fast grid dimension: CTAs resident together spread over many rows, which
-        # streams faster on the H200 than whole rows (measured on per_token_cast, run 93a5a23).
-        with T.Kernel(T.ceildiv(num_tokens, TILE_ROWS), hidden_div128, threads=THREADS) as (by, bx):
+        with T.Kernel(hidden_div128, T.ceildiv(num_tokens, TILE_ROWS), threads=THREADS) as (bx, by):
             tx = T.get_thread_binding()
             lane = tx % 32
             c4 = tx % 4

@@ -115,9 +115,7 @@ def build(p, arch):
         clamp_value: T.float32,
         clamp_min: T.float32,
     ):
-        # Token blocks are the fast grid dimension: CTAs resident together read many rows and write
-        # consecutive pieces of the transposed rows (per_token_cast streamed faster so, run 93a5a23).
-        with T.Kernel(tokens_div128 * (128 // gm), T.ceildiv(cols_div64 * 64, COLS), threads=32 * WARPS) as (tb, bx):
+        with T.Kernel(T.ceildiv(cols_div64 * 64, COLS), tokens_div128 * (128 // gm), threads=32 * WARPS) as (bx, tb):
             tx = T.get_thread_binding()
             hidden = cols_div64 * 64
             num_tokens = tokens_div128 * 128
