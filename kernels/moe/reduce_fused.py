@@ -19,9 +19,6 @@ PAIRS = (("bfloat16", "bfloat16"), ("float32", "float32"), ("bfloat16", "float8_
 BYTES = {"bfloat16": 2, "float32": 4, "float8_e4m3fn": 1}
 THREADS = 128
 ACC_PER_THREAD = 64
-# FP8 input: the rows of 2 slots are loaded before their FMAs (an FP8 row segment is half a bf16 one,
-# so one slot at a time left too few bytes in flight: 75 % of copy bandwidth, 128 registers).
-K_UNROLL_FP8 = 2
 
 
 def invalid_reason(p):
@@ -37,7 +34,6 @@ def build(p, arch):
     din, dout = p["in_dtype"], p["out_dtype"]
     ve = 16 // BYTES[din]  # elements per 16-byte chunk
     cpt = ACC_PER_THREAD // ve  # chunks per thread and segment
-    ku = K_UNROLL_FP8 if din == "float8_e4m3fn" else 1
     x_numel, w_numel, out_numel, xsf_numel = T.dynamic("x_numel, w_numel, out_numel, xsf_numel")
 
     @T.prim_func
@@ -59,10 +55,9 @@ def build(p, arch):
         with T.Kernel(num_tokens, threads=THREADS) as bx:
             tx = T.get_thread_binding()
             acc = T.alloc_local((cpt, ve), "float32")
-            xr = T.alloc_local((ku, cpt, ve), din)
-            sk = T.alloc_local((ku,), "float32")
-            live = T.alloc_local((ku,), "int32")
+            xr = T.alloc_local((cpt, ve), din)
             ov = T.alloc_local((ve,), dout)
+            s = T.alloc_var("float32")
             out_scale = T.alloc_var("float32")
             row = T.Cast("int64", bx)
             T.pdl_sync()
@@ -73,32 +68,23 @@ def build(p, arch):
                 for j in T.unroll(cpt):
                     for i in T.unroll(ve):
                         acc[j, i] = T.float32(0)
-                for kk in T.serial(T.ceildiv(num_topk, ku)):
-                    # all ku slots' rows are loaded before the first FMA (more bytes in flight); the
-                    # FMAs still run in k order
-                    for u in T.unroll(ku):
-                        k = kk * ku + u
-                        live[u] = 0
-                        if k < num_topk:
-                            pos = token_topk_to_pos[row * num_topk + k]
-                            if pos >= 0 and pos < num_expanded:
-                                live[u] = 1
-                                sk[u] = T.float32(1)
-                                if has_weights != 0:
-                                    sk[u] = topk_weights[row * num_topk + k]
-                                if has_x_sf != 0:
-                                    sk[u] = sk[u] * x_sf[pos]
-                                for j in T.unroll(cpt):
-                                    c = (g * cpt + j) * THREADS + tx
-                                    if c < hidden_chunks:  # index = chunk * ve + i: provably 16-byte
-                                        for i in T.vectorized(ve):
-                                            xr[u, j, i] = x[(T.Cast("int64", pos) * hidden_chunks + c) * ve + i]
-                    for u in T.unroll(ku):
-                        if live[u] != 0:
-                            for j in T.unroll(cpt):
-                                for i in T.unroll(ve):
-                                    acc[j, i] = T.call_extern("float32", "__fmaf_rn", T.Cast("float32", xr[u, j, i]),
-                                                              sk[u], acc[j, i])
+                for k in T.serial(num_topk):
+                    pos = token_topk_to_pos[row * num_topk + k]
+                    if pos >= 0 and pos < num_expanded:
+                        s = T.float32(1)
+                        if has_weights != 0:
+                            s = topk_weights[row * num_topk + k]
+                        if has_x_sf != 0:
+                            s = s * x_sf[pos]
+                        for j in T.unroll(cpt):
+                            c = (g * cpt + j) * THREADS + tx
+                            if c < hidden_chunks:  # index = chunk * ve + i, so the load is provably 16-byte
+                                for i in T.vectorized(ve):
+                                    xr[j, i] = x[(T.Cast("int64", pos) * hidden_chunks + c) * ve + i]
+                        for j in T.unroll(cpt):
+                            for i in T.unroll(ve):
+                                acc[j, i] = T.call_extern("float32", "__fmaf_rn", T.Cast("float32", xr[j, i]), s,
+                                                          acc[j, i])
                 for j in T.unroll(cpt):
                     c = (g * cpt + j) * THREADS + tx
                     if c < hidden_chunks:

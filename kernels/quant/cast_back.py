@@ -13,7 +13,7 @@ with (pm, pk) = (0, 2) for packing along K and (2, 0) for per-channel "col pack"
 along M, so row-major, TMA-aligned column-major and both packings share one cubin.
 
 Thread mapping: one thread = 16 elements (one 16-byte FP8 load, or 8 bytes of FP4)
-of ROWS (per-channel) or ROWS_BLOCKED consecutive rows; warps are stacked along rows, a CTA covers WARPS*rows rows
+of ROWS consecutive rows; warps are stacked along rows, a CTA covers WARPS*ROWS rows
 x 512 channels. No shared memory.
 """
 from kernels.common.passes import THREAD_LEVEL
@@ -23,8 +23,7 @@ PARAM_NAMES = ("fmt", "out_dtype", "per_channel")
 PASS_CONFIGS = THREAD_LEVEL
 
 VEC = 16  # elements per thread and row
-ROWS = 4  # rows per thread of the per-channel variants (their blocks need gm % ROWS == 0)
-ROWS_BLOCKED = 8  # rows per thread otherwise: twice the loads in flight per thread
+ROWS = 4  # rows per thread (per-channel blocks need gm % ROWS == 0)
 WARPS = 4
 FORMATS = ("e4m3", "e2m1")
 OUT_DTYPES = ("bfloat16", "float32")
@@ -53,7 +52,6 @@ def build(p, arch):
     x_storage = "float8_e4m3fn" if fmt == "e4m3" else "uint32"
     seg = 32 * VEC
     n_sf = VEC if per_channel else 1  # scales per thread and row
-    rows = ROWS if per_channel else ROWS_BLOCKED
     out_chunk = 8 if out_dtype == "bfloat16" else 4  # 16-byte stores
     x_numel, out_numel, sf_numel, sfq_numel, sfb_numel = T.dynamic("x_numel, out_numel, sf_numel, sfq_numel, "
                                                                    "sfb_numel")
@@ -88,20 +86,20 @@ def build(p, arch):
         pack_shift_m: T.int32,  # ue8m0: 2 when packed along M (per-channel), else 0
         pack_shift_k: T.int32,  # ue8m0: 2 when packed along K, else 0
     ):
-        with T.Kernel(T.ceildiv(num_tokens, rows * WARPS), T.ceildiv(hidden_div64 * 64, seg),
+        with T.Kernel(T.ceildiv(num_tokens, ROWS * WARPS), T.ceildiv(hidden_div64 * 64, seg),
                       threads=32 * WARPS) as (bx, by):
             tx = T.get_thread_binding()
             lane = tx % 32
             col = by * seg + lane * VEC
             col_ok = col < hidden_div64 * 64
-            row0 = bx * (rows * WARPS) + (tx // 32) * rows
-            xq = T.alloc_local((rows, VEC), "float8_e4m3fn")
-            xw = T.alloc_local((rows, 2), "uint32")
-            s = T.alloc_local((rows, n_sf), "float32")
+            row0 = bx * (ROWS * WARPS) + (tx // 32) * ROWS
+            xq = T.alloc_local((ROWS, VEC), "float8_e4m3fn")
+            xw = T.alloc_local((ROWS, 2), "uint32")
+            s = T.alloc_local((ROWS, n_sf), "float32")
             v = T.alloc_local((VEC,), "float32")
 
             T.pdl_sync()
-            for r in T.unroll(rows):
+            for r in T.unroll(ROWS):
                 row = row0 + r
                 if row < num_tokens and col_ok:
                     if fmt == "e4m3":
@@ -118,12 +116,12 @@ def build(p, arch):
                         s[0, i] = scale((sf, sf_e4m3, sf_bytes), sf_mode, sf_stride_t, sf_stride_k, pack_shift_m,
                                         pack_shift_k, row0 // block_m, col + i)
             else:
-                for r in T.unroll(rows):
+                for r in T.unroll(ROWS):
                     if row0 + r < num_tokens and col_ok:
                         s[r, 0] = scale((sf, sf_e4m3, sf_bytes), sf_mode, sf_stride_t, sf_stride_k, pack_shift_m,
                                         pack_shift_k, (row0 + r) // block_m, col // block_k)
 
-            for r in T.unroll(rows):
+            for r in T.unroll(ROWS):
                 row = row0 + r
                 if row < num_tokens and col_ok:
                     for i in T.unroll(VEC):
