@@ -3,8 +3,8 @@
 One kernel for both ops and every dtype: rows are copied as raw units of ``vec_bytes``
 (16 when the row, its stride and the pointers allow it; then 4; then 1), so the data
 dtype never changes the code. CTA ``b < T`` loads row b into registers once (a segment
-of 128 * MAXC units at a time) and stores it to each of its K slots (their positions staged in
-shared memory), then copies the token's scale row (4-byte elements, any strides: row- or column-major, fp32 or packed
+of 128 * MAXC units at a time) and stores it to each of its K slots, then copies the
+token's scale row (4-byte elements, any strides: row- or column-major, fp32 or packed
 UE8M0 int32) to the same slots. CTAs ``b >= T`` zero the padding rows (pos_to_expert < 0)
 of PAD_ROWS slots each, data and scales, so the output is fully defined.
 
@@ -61,42 +61,29 @@ def build(p, arch):
         with T.Kernel(num_tokens + pad_ctas, threads=THREADS) as bx:
             tx = T.get_thread_binding()
             regs = T.alloc_local((MAXC, lanes), storage)
-            pos_s = T.alloc_shared((THREADS,), "int32")  # slot positions of up to THREADS of the K slots
-            sf_val = T.alloc_local((1,), "int32")
             T.pdl_sync()
             if bx < num_tokens:
                 row = T.Cast("int64", bx)
-                # The token's slot positions go to shared memory first: read from global memory inside
-                # the store loops, each one waited for the stores before it (the compiler must assume
-                # that `out` may alias the int32 map), one memory latency per slot.
-                for kb in T.serial(T.ceildiv(num_topk, THREADS)):
-                    nk = T.min(num_topk - kb * THREADS, THREADS)
-                    T.sync_threads()  # the previous chunk's readers are done
-                    if tx < nk:
-                        pos_s[tx] = token_topk_to_pos[row * num_topk + kb * THREADS + tx]
-                    T.sync_threads()
-                    for s in T.serial(T.ceildiv(row_units, seg)):
-                        for j in T.unroll(MAXC):
-                            u = s * seg + j * THREADS + tx
-                            if u < row_units:
-                                for v in T.vectorized(lanes):
-                                    regs[j, v] = x[(row * x_stride_units + u) * lanes + v]
-                        for k in T.serial(nk):
-                            pos = pos_s[k]
-                            if pos >= 0 and pos < num_expanded:
-                                for j in T.unroll(MAXC):
-                                    u = s * seg + j * THREADS + tx
-                                    if u < row_units:
-                                        for v in T.vectorized(lanes):
-                                            out[(T.Cast("int64", pos) * row_units + u) * lanes + v] = regs[j, v]
-                    for cc in T.serial(T.ceildiv(sf_cols, THREADS)):  # one load per scale, then its stores
-                        c = cc * THREADS + tx
-                        if c < sf_cols:
-                            sf_val[0] = x_sf[row * x_sf_stride_t + c * x_sf_stride_k]
-                            for k in T.serial(nk):
-                                pos = pos_s[k]
-                                if pos >= 0 and pos < num_expanded:
-                                    out_sf[T.Cast("int64", pos) * out_sf_stride_n + c * out_sf_stride_k] = sf_val[0]
+                for s in T.serial(T.ceildiv(row_units, seg)):
+                    for j in T.unroll(MAXC):
+                        u = s * seg + j * THREADS + tx
+                        if u < row_units:
+                            for v in T.vectorized(lanes):
+                                regs[j, v] = x[(row * x_stride_units + u) * lanes + v]
+                    for k in T.serial(num_topk):
+                        pos = token_topk_to_pos[row * num_topk + k]
+                        if pos >= 0 and pos < num_expanded:
+                            for j in T.unroll(MAXC):
+                                u = s * seg + j * THREADS + tx
+                                if u < row_units:
+                                    for v in T.vectorized(lanes):
+                                        out[(T.Cast("int64", pos) * row_units + u) * lanes + v] = regs[j, v]
+                for k in T.serial(num_topk):
+                    pos = token_topk_to_pos[row * num_topk + k]
+                    if pos >= 0 and pos < num_expanded:
+                        for c in T.serial(tx, sf_cols, THREADS):
+                            out_sf[T.Cast("int64", pos) * out_sf_stride_n + c * out_sf_stride_k] = \
+                                x_sf[row * x_sf_stride_t + c * x_sf_stride_k]
             else:
                 for r in T.serial(PAD_ROWS):
                     pos = (bx - num_tokens) * PAD_ROWS + r
