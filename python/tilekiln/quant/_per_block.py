@@ -17,16 +17,6 @@ FORMATS = ("e4m3", "e2m1")
 BLOCK_SIDES = (32, 128)
 _IN_DTYPES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _SF_FP32, _SF_UE8M0 = 0, 1  # kernels/quant/per_block_cast.py SF_FP32 / SF_UE8M0
-_CTA_ROWS = 128  # kernels/quant/per_block_cast.py CTA_ROWS: a persistent grid of min(tiles, SMs) CTAs
-_sms = {}
-
-
-def _sm_count(device):
-    """The device's SM count (cached: the persistent grid's size, a runtime value, never baked in)."""
-    n = _sms.get(device.index)
-    if n is None:
-        n = _sms[device.index] = torch.cuda.get_device_properties(device.index).multi_processor_count
-    return n
 
 
 def _check_block(block_size):
@@ -101,10 +91,9 @@ def _run(x, vec, q, sf, fmt, block, packed, round_sf, precomputed, write_data):
     values = (_IN_DTYPES[x.dtype], fmt)
     ptr_sf, ptr_bytes = (0, sf.data_ptr()) if packed else (sf.data_ptr(), 0)
     clamp = 0.0 if precomputed else config.get_amax_clamp_for_quant(fmt, False)
-    tiles = -(-t // _CTA_ROWS) * -(-h // (32 * vec))
     args = (x.data_ptr(), q.data_ptr() if q is not None else 0, ptr_sf, ptr_bytes, t, h // 64, x.stride(0) // vec,
             (q.stride(0) // unit) if q is not None else 0, gm, g // vec, _SF_UE8M0 if packed else _SF_FP32,
-            sf_t, sf_k, int(round_sf), int(precomputed), int(write_data), clamp, min(tiles, _sm_count(x.device)))
+            sf_t, sf_k, int(round_sf), int(precomputed), int(write_data), clamp)
     launch(OP, PARAM_NAMES, values, x.device, args)
 
 
