@@ -49,6 +49,8 @@ def build(p, arch):
         with T.Kernel(num_ctas, threads=th) as bx:
             tx = T.get_thread_binding()
             hist = T.alloc_shared((MAX_SHARED_BINS,), "int32")
+            # TileLang's planner may overlay `last` on hist[0]: it is written only after the barrier
+            # that ends the last read of hist, so that is safe.
             last = T.alloc_shared((1,), "int32")
             direct = T.bitwise_and(flags, DIRECT) != 0
             if not direct:
