@@ -166,6 +166,18 @@ def test_backward_fixed_routing_duplicates_padding_and_out(seed):
     assert out[7].eq(0).all()
 
 
+@pytest.mark.parametrize("e", [250, 93])  # rows not a multiple of 4 floats: the scalar path (epl 8 and 3->4)
+def test_backward_odd_expert_counts(seed, e):
+    t, k = 300, 8
+    scores = torch.rand(t, e, device="cuda") + 0.05
+    idx = torch.rand(t, e, device="cuda").topk(k).indices
+    w, g = torch.rand(t, k, device="cuda"), torch.randn(t, k, device="cuda")
+    mask, h = torch.rand(t, device="cuda") > 0.5, torch.randn(3, e, device="cuda")
+    got = M.moe_topk_gate_backward(scores, idx, w, g, 2.5, mask=mask, grad_scores_sum=h)
+    want = R.moe_topk_gate_backward(scores, idx, w, g, 2.5, mask=mask, grad_scores_sum=h)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_backward_zero_tokens_and_contiguity_errors(seed):
     e = 256
     empty = M.moe_topk_gate_backward(torch.empty(0, e, device="cuda"), torch.empty(0, 8, dtype=torch.int64,

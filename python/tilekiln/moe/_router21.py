@@ -178,7 +178,7 @@ def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, ro
     if mask is not None:
         flags |= BWD_AUX
     epl = -(-e // WARP)
-    if epl % 4 == 0 and scores.data_ptr() % 16 == 0 and grad.data_ptr() % 16 == 0:
+    if epl % 4 == 0 and e % 4 == 0 and scores.data_ptr() % 16 == 0 and grad.data_ptr() % 16 == 0:
         flags |= BWD_VEC4
     dummy = scores.data_ptr()  # stands in for the absent aux inputs (never read: the flag says so)
     launch(BWD_OP, PARAM_NAMES, (epl,), scores.device,
