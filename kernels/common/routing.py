@@ -1,4 +1,4 @@
-"""What the warp-per-token routing kernels share (topk_gate, top2_sum_gate, moe_topk_gate).
+"""What the warp-per-token routing kernels share (topk_gate, top2_sum_gate, moe_topk_gate and its backward).
 
 Lane L of a token's warp holds experts [L*EPL, L*EPL + EPL), EPL = ceil(E / 32) being the only
 compile-time parameter; selection is K rounds of redux.max over ``order_key`` of the lanes' heads.
@@ -45,3 +45,27 @@ def lane_sort(T, epl):
                     vals[j + 1] = T.min(vals[j], vals[j + 1])
                     vals[j] = swap_f[0]
     return sort
+
+
+def lane_row_loader(T, epl):
+    """Macro: ``dst[0:epl]`` = the lane's experts [lane*EPL, lane*EPL + EPL) of row ``token`` of ``src``
+    ([T, E] fp32, contiguous), ``fill`` beyond E. ``vec4`` (a bool or a runtime flag; E % 4 == 0 and a
+    16-byte aligned src) selects float4 loads, addressed through experts_div4 = E / 4 so that TileLang
+    can prove their alignment."""
+    @T.macro
+    def load(dst, src, token, lane, num_experts, experts_div4, vec4, fill):
+        base = lane * epl
+        if epl % 4 == 0 and vec4:
+            for c in T.unroll(epl // 4):
+                if base + c * 4 < num_experts:
+                    for i in T.vectorized(4):
+                        dst[c * 4 + i] = src[(T.Cast("int64", token) * experts_div4 + lane * (epl // 4) + c) * 4 + i]
+                else:
+                    for i in T.unroll(4):
+                        dst[c * 4 + i] = fill
+        else:
+            for j in T.unroll(epl):
+                dst[j] = fill
+                if base + j < num_experts:
+                    dst[j] = src[T.Cast("int64", token) * num_experts + base + j]
+    return load

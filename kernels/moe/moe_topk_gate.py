@@ -26,6 +26,7 @@ from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits
     PHYSICAL_HASH,
     WARPS_PER_CTA,
     experts_per_lane_problem,
+    lane_row_loader,
     lane_sort,
     order_key,
 )
@@ -49,6 +50,7 @@ def build(p, arch):
     del arch
     epl = p["experts_per_lane"]
     sort_lane = lane_sort(T, epl)
+    load_row = lane_row_loader(T, epl)
     neg_inf = T.float32(float("-inf"))
     no_expert = 1 << 20  # larger than any expert index: loses every redux.min
     int_max = 2**31 - 1
@@ -183,20 +185,7 @@ def build(p, arch):
                         topk_idx[out_row + lane] = T.Cast("int64", fin)
                         topk_weights[out_row + lane] = w
                 else:
-                    if epl % 4 == 0 and has(flags, VEC4):
-                        for c in T.unroll(epl // 4):
-                            if base + c * 4 < num_experts:
-                                for i in T.vectorized(4):
-                                    x[c * 4 + i] = logits[(T.Cast("int64", token) * experts_div4 +
-                                                           lane * (epl // 4) + c) * 4 + i]
-                            else:
-                                for i in T.unroll(4):
-                                    x[c * 4 + i] = T.float32(0)
-                    else:
-                        for j in T.unroll(epl):
-                            x[j] = T.float32(0)
-                            if base + j < num_experts:
-                                x[j] = logits[row + base + j]
+                    load_row(x, logits, token, lane, num_experts, experts_div4, has(flags, VEC4), T.float32(0))
                     image = has(flags, IMAGE) and image_mask[token] != T.uint8(0)
                     for j in T.unroll(epl):
                         bb[j] = T.float32(0)

@@ -17,7 +17,7 @@ The result is deterministic (fixed summation order) but not bit-identical to the
 sums run in torch's order; the tests compare within 1e-5 relative. Compile-time: EPL only.
 """
 from kernels.common.passes import THREAD_LEVEL
-from kernels.common.routing import EPS, WARPS_PER_CTA, experts_per_lane_problem
+from kernels.common.routing import EPS, WARPS_PER_CTA, experts_per_lane_problem, lane_row_loader
 
 OP = "moe_topk_gate_backward"
 PARAM_NAMES = ("experts_per_lane",)
@@ -38,6 +38,8 @@ def build(p, arch):
     del arch
     epl = p["experts_per_lane"]
     sc_numel, tk_numel, t_numel, h_numel = T.dynamic("sc_numel, tk_numel, t_numel, h_numel")
+
+    load_row = lane_row_loader(T, epl)
 
     def sync_warp():
         T.evaluate(T.call_extern("handle", "__syncwarp"))
@@ -85,19 +87,7 @@ def build(p, arch):
             T.pdl_sync()
             if token < num_tokens:
                 vec4 = epl % 4 == 0 and T.bitwise_and(flags, VEC4) != 0
-                if vec4:
-                    for c in T.unroll(epl // 4):
-                        if base + c * 4 < num_experts:
-                            for i in T.vectorized(4):
-                                s[c * 4 + i] = scores[(row4 + c) * 4 + i]
-                        else:
-                            for i in T.unroll(4):
-                                s[c * 4 + i] = T.float32(0)
-                else:
-                    for j in T.unroll(epl):
-                        s[j] = T.float32(0)
-                        if base + j < num_experts:
-                            s[j] = scores[row + base + j]
+                load_row(s, scores, token, lane, num_experts, experts_div4, vec4, T.float32(0))
                 my_e = -1
                 g = T.float32(0)
                 gw = T.float32(0)
@@ -157,7 +147,7 @@ def build(p, arch):
                     for c in POLY[1:]:
                         q = q * u + T.float32(c)
                     small = (u * q) * half + half
-                    # fast-math, as the peer's kernel (error ~2 ulp; the tests compare within 1e-5)
+                    # fast-math, as the peer's kernel (tests/moe/test_aux_ops_gpu.py: within 1e-5 relative)
                     large = T.float32(0.5) * T.call_extern(
                         "float32", "__fdividef", T.float32(1) - T.call_extern("float32", "__expf", -u), s[j])
                     route[j] = T.if_then_else(u < T.float32(1), small, large) * route[j]

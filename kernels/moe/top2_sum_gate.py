@@ -52,6 +52,7 @@ from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits
     PHYSICAL_HASH,
     WARPS_PER_CTA,
     experts_per_lane_problem,
+    lane_row_loader,
     lane_sort,
     order_key,
 )
@@ -74,6 +75,7 @@ def build(p, arch):
     del arch
     epl = p["experts_per_lane"]
     sort_lane = lane_sort(T, epl)
+    load_row = lane_row_loader(T, epl)
     sort_half = lane_sort(T, max(epl // 2, 1))  # the compacted half-lists
     neg_inf = T.float32(float("-inf"))
     no_expert = 1 << 20  # larger than any expert index: loses every redux.min
@@ -158,26 +160,8 @@ def build(p, arch):
                     if T.bitwise_and(flags, 8) != 0 and lane < num_topk:
                         unmapped[T.Cast("int64", token) * unmapped_stride + lane] = T.int64(-1)
                 else:
-                    if epl % 4 == 0:
-                        if T.bitwise_and(flags, 16) != 0:
-                            for c in T.unroll(epl // 4):
-                                if base + c * 4 < num_experts:
-                                    for i in T.vectorized(4):
-                                        x[c * 4 + i] = logits[(T.Cast("int64", token) * experts_div4 +
-                                                               lane * (epl // 4) + c) * 4 + i]
-                                else:
-                                    for i in T.unroll(4):
-                                        x[c * 4 + i] = T.float32(0)
-                        else:
-                            for j in T.unroll(epl):
-                                x[j] = T.float32(0)
-                                if base + j < num_experts:
-                                    x[j] = logits[T.Cast("int64", token) * num_experts + base + j]
-                    else:
-                        for j in T.unroll(epl):
-                            x[j] = T.float32(0)
-                            if base + j < num_experts:
-                                x[j] = logits[T.Cast("int64", token) * num_experts + base + j]
+                    load_row(x, logits, token, lane, num_experts, experts_div4, T.bitwise_and(flags, 16) != 0,
+                             T.float32(0))
                     # Bias up front (all loads in flight together), then the scores branch-free over the
                     # lane's slots: padding slots (x = 0, bias 0) give finite scores, are harmless to the
                     # finiteness check and are masked afterwards, so full lanes run straight-line code.

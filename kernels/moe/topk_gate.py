@@ -26,6 +26,7 @@ from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits
     PASS_CONFIGS,
     WARPS_PER_CTA,
     experts_per_lane_problem,
+    lane_row_loader,
     order_key,
 )
 
@@ -50,6 +51,7 @@ def build(p, arch):
     del arch
     epl, vec = p["experts_per_lane"], bool(p["vector_loads"])
     neg_inf = T.float32(float("-inf"))
+    load_row = lane_row_loader(T, epl)
     no_expert = 1 << 20  # larger than any expert index: loses every redux.min
     scores_numel, idx_numel = T.dynamic("scores_numel, idx_numel")
 
@@ -84,20 +86,7 @@ def build(p, arch):
 
             T.pdl_sync()
             if token < num_tokens:
-                if vec:
-                    for c in T.unroll(epl // 4):
-                        if base + c * 4 < num_experts:
-                            for i in T.vectorized(4):
-                                vals[c * 4 + i] = scores[
-                                    (T.Cast("int64", token) * experts_div4 + lane * (epl // 4) + c) * 4 + i]
-                        else:
-                            for i in T.unroll(4):
-                                vals[c * 4 + i] = neg_inf
-                else:
-                    for j in T.unroll(epl):
-                        vals[j] = neg_inf
-                        if base + j < num_experts:
-                            vals[j] = scores[T.Cast("int64", token) * num_experts + base + j]
+                load_row(vals, scores, token, lane, num_experts, experts_div4, vec, neg_inf)
                 # Every real score must be finite: x * 0 is 0 for finite x and NaN for inf/NaN, so
                 # one FMA per score accumulates the check (padding slots hold -inf and are skipped).
                 nonfinite[0] = T.float32(0)

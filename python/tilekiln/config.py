@@ -31,10 +31,18 @@ def _check_int(name, value, lo=None):
         raise ValueError(f"{name} must be >= {lo}, got {value}")
 
 
+_device_sms = {}  # device index -> SM count (fixed for a process; launch paths ask for it per call)
+
+
 def get_device_num_sms(device=None):
     import torch
-    idx = torch.cuda.current_device() if device is None else torch.device(device).index or 0
-    return torch.cuda.get_device_properties(idx).multi_processor_count
+    idx = None if device is None else torch.device(device).index
+    if idx is None:  # no device, or "cuda" without an index: the current device
+        idx = torch.cuda.current_device()
+    n = _device_sms.get(idx)
+    if n is None:
+        n = _device_sms[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return n
 
 
 def set_num_sms(num_sms: int) -> None:

@@ -7,19 +7,17 @@ counts, and aux_fi's one division per expert, are exact and independent of the g
 """
 import torch
 
+from tilekiln import config
 from tilekiln._runtime import checks, launch
 from tilekiln.moe._top2_sum import _int
 
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-_DTYPE_NAMES = {torch.int8: "int8", torch.int16: "int16", torch.int32: "int32", torch.int64: "int64",
-                torch.uint8: "uint8"}
 HIST_OP, HIST_THREADS, MAX_SHARED_BINS = "id_histogram", 256, 4096  # kernels/moe/id_histogram.py
 HIST_FREQ, HIST_DIRECT = 1, 2
 HIST_ELEMS_PER_THREAD = 8  # below this many ids per thread, fewer CTAs (each one flushes B bins)
 UNIQUE_OP, UNIQUE_THREADS = "inplace_unique_group_indices", 256
 MAX_UNIQUE_COLS = 32  # a warp holds whole rows
 INT32_MAX = 2**31 - 1
-_num_sms = {}
 
 
 def check_ids(name, v, dtypes=(torch.int64,)):
@@ -28,13 +26,6 @@ def check_ids(name, v, dtypes=(torch.int64,)):
         raise ValueError(f"{name} has {v.numel()} elements; at most {INT32_MAX} are supported")
     if v.numel() and v.shape[1] > 1 and v.stride(1) != 1:
         raise ValueError(f"{name} must have inner stride 1, got strides {tuple(v.stride())}")
-
-
-def _sms(device):
-    index = device.index
-    if index not in _num_sms:
-        _num_sms[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _num_sms[index]
 
 
 def mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks):
@@ -49,7 +40,7 @@ def mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks):
         return out
     checks.cuda("indices", indices)
     per_gpu = n // num_ep_ranks
-    launch("mask_indices_by_tp", ("dtype",), (_DTYPE_NAMES[indices.dtype],), indices.device,
+    launch("mask_indices_by_tp", ("dtype",), (str(indices.dtype).removeprefix("torch."),), indices.device,
            (indices.data_ptr(), out.data_ptr(), t * k, k, indices.stride(0), per_gpu, per_gpu * num_tp_ranks,
             num_tp_ranks, tp_rank))
     return out
@@ -66,7 +57,7 @@ def _histogram(name, ids, num_bins, freq=None, scale=0, den=0.0):
             freq.zero_()
         return counts[:num_bins]
     checks.cuda(name, ids)
-    ctas = max(1, min(-(-numel // (HIST_THREADS * HIST_ELEMS_PER_THREAD)), 2 * _sms(ids.device)))
+    ctas = max(1, min(-(-numel // (HIST_THREADS * HIST_ELEMS_PER_THREAD)), 2 * config.get_device_num_sms(ids.device)))
     per_cta = -(-numel // ctas)
     flags = (HIST_FREQ if freq is not None else 0) | (HIST_DIRECT if num_bins > MAX_SHARED_BINS else 0)
     launch(HIST_OP, ("threads",), (HIST_THREADS,), ids.device,
