@@ -27,3 +27,24 @@ def store_16b(T, dst, words):
     """Emit one STG.128 of four 32-bit words at ``dst`` (a buffer element, 16-byte aligned); the kernel
     imports STORE_16B_SOURCE. ``T`` is tilelang.language (this module stays importable without it)."""
     T.evaluate(T.call_extern("int32", "tk_store_16b", T.address_of(dst), *words))
+
+
+# max |x| of 8 consecutive bf16 values held in registers, as fp32. Packed bf16x2 ops: the absolute values
+# come from HFMA2 (FMA pipe) and the maxima from one HMNMX2 and one three-way VHMNMX, where eight fp32
+# FMNMX would occupy the ALU pipe (the FP4 casts' limit on the H200). Exact: max only selects, and bf16
+# widens to fp32 exactly. NaN is skipped as fmaxf skips it (__hmax2 returns the non-NaN operand); a
+# row of NaN gives NaN, which the caller's max with its amax floor turns into the floor, as before.
+ABSMAX8_BF16_SOURCE = guarded("absmax8_bf16", """
+#include <cuda_bf16.h>
+__device__ __forceinline__ float tk_absmax8_bf16(const void* p) {
+    const __nv_bfloat162* v = (const __nv_bfloat162*)p;
+    __nv_bfloat162 m = __hmax2(__hmax2(__habs2(v[0]), __habs2(v[1])), __hmax2(__habs2(v[2]), __habs2(v[3])));
+    return fmaxf(__low2float(m), __high2float(m));
+}
+""")
+
+
+def absmax8_bf16(T, first):
+    """max |x| over the 8 bf16 registers starting at ``first`` (a 16-byte aligned local element); the kernel
+    imports ABSMAX8_BF16_SOURCE."""
+    return T.call_extern("float32", "tk_absmax8_bf16", T.address_of(first))

@@ -6,6 +6,7 @@ are mirrored bit for bit by ``tilekiln.torch.quant``.
 import tilelang.language as T
 
 MAGIC = 8388608.0  # 2**23: from here on the FP32 ulp is 1
+CODE_CAP_BITS = 0x4B000007  # the bits of MAGIC + 7, the largest e2m1 magnitude code
 
 def round_sf_exponent(amax, fmt_max):
     """ceil(log2(amax / fmt_max)) as int32, from the fp32 bits of amax * (1/fmt_max).
@@ -43,22 +44,27 @@ def e2m1_code_bits(y):
     One FMA with 2**23 + offset rounds each candidate to an integer in the low mantissa
     bits (RNE; the offsets 0, 2, 4 are even, so ties keep their parity). By monotonicity
     of rounding the right candidate is always the smallest of the three, so the code is
-    min(c1, c2, c3, 7): three FMAs and three fminf, no compares or selects (an exhaustive
-    check over every fp32 magnitude found it identical to the select form). fminf maps
-    NaN to the cap 7 (it returns the non-NaN operand); inf lands on the cap.
-    Everything here runs on the FP32 pipe, which on Hopper issues twice as fast as
-    32-bit integer ops; rintf and float->int conversions would run at a quarter rate.
+    min(c1, c2, c3, 7) (an exhaustive check over every fp32 magnitude found it identical
+    to the select form).
+
+    The minimum is taken on the candidates' bits as int32, with Hopper's three-way
+    integer min (DPX ``__vimin3_s32``, one VIMNMX3) and one VIMNMX for the cap: two ALU
+    instructions instead of three FMNMX. The candidates are positive floats, +inf or
+    the FFMA's canonical NaN 0x7FFFFFFF (|y| has no sign), and positive IEEE floats
+    order as their bits do, NaN above everything: so NaN and inf land on the cap 7,
+    exactly as fminf (which returns the non-NaN operand) did. Measured on the H200
+    (benchmarks/results/tuning/2026-12-01-per-token-cast-ab.json), the ALU pipe is
+    what limits the FP4 casts, so one ALU instruction less per element counts.
     """
     a = T.abs(y)
 
-    def candidate(scale, offset):
-        return T.call_extern("float32", "__fmaf_rn", a, T.float32(scale), T.float32(MAGIC + offset))
+    def candidate_bits(scale, offset):
+        return T.reinterpret("int32", T.call_extern("float32", "__fmaf_rn", a, T.float32(scale),
+                                                    T.float32(MAGIC + offset)))
 
-    def fmin(u, v):
-        return T.call_extern("float32", "fminf", u, v)
-
-    code = fmin(fmin(candidate(2.0, 0), candidate(1.0, 2)), fmin(candidate(0.5, 4), T.float32(MAGIC + 7)))
-    return T.reinterpret("uint32", code)
+    smallest = T.call_extern("int32", "__vimin3_s32", candidate_bits(2.0, 0), candidate_bits(1.0, 2),
+                             candidate_bits(0.5, 4))
+    return T.reinterpret("uint32", T.min(smallest, T.int32(CODE_CAP_BITS)))
 
 
 def _perm(a, b, selector):

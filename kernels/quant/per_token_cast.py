@@ -33,6 +33,10 @@ PASS_CONFIGS = THREAD_LEVEL
 
 WARPS_PER_CTA = 4
 ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuning knob)
+# __launch_bounds__ minimum CTAs per SM. FP4 casts are ALU-bound and 62 registers left them at 8 CTAs
+# (50 % occupancy): 10 CTAs cap them at 48 registers without spills and measured 79 % of copy instead of
+# 76 % (benchmarks/results/tuning/2026-12-01-per-token-cast-ab.json). e4m3 needs no cap (40 registers).
+MIN_BLOCKS_PER_SM = {"e2m1": 10}
 FMT_MAX = {"e4m3": 448.0, "e2m1": 6.0}
 SF_STORAGE = {"fp32": "float32", "e4m3": "float8_e4m3fn", "ue8m0": "uint8"}
 PLAIN_INPUTS = ("bfloat16", "float32")
@@ -75,6 +79,7 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
 
+    from kernels.common.cuda_source import ABSMAX8_BF16_SOURCE, absmax8_bf16
     from kernels.common.numerics import e2m1_pack, e2m1_value, pow2, round_sf_exponent
     from kernels.common.stochastic import fp32_bits, quad_random_bits, to_e4m3x4_stochastic
 
@@ -103,6 +108,7 @@ def build(p, arch):
     if roundtrip:  # dequantized values, in place over x
         out_storage = in_dtype
     sf_storage = SF_STORAGE[sf_kind]
+    packed_amax = in_dtype == "bfloat16" and not precomputed  # bf16x2 maxima (kernels/common/cuda_source.py)
     x_numel, out_numel, sf_numel, x_sf_numel = T.dynamic("x_numel, out_numel, sf_numel, x_sf_numel")
 
     def value(xr, xw, r, i):
@@ -142,6 +148,10 @@ def build(p, arch):
     ):
         with T.Kernel(num_row_blocks, num_col_blocks,
                       threads=32 * WARPS_PER_CTA) as (bx, by):
+            if packed_amax:
+                T.import_source(ABSMAX8_BF16_SOURCE)
+            if fmt in MIN_BLOCKS_PER_SM:
+                T.annotate_min_blocks_per_sm(MIN_BLOCKS_PER_SM[fmt])
             tx = T.get_thread_binding()
             lane = tx % 32
             col = (by * WARPS_PER_CTA + tx // 32) * seg + lane * vec
@@ -194,9 +204,12 @@ def build(p, arch):
 
             if not precomputed:
                 for r in T.unroll(rows):
-                    amax[r] = T.float32(0)
-                    for i in T.unroll(vec):
-                        amax[r] = T.max(amax[r], T.abs(value(xr, xw, r, i)))
+                    if packed_amax:
+                        amax[r] = absmax8_bf16(T, xr[r, 0])
+                    else:
+                        amax[r] = T.float32(0)
+                        for i in T.unroll(vec):
+                            amax[r] = T.max(amax[r], T.abs(value(xr, xw, r, i)))
                     if quantized_in:  # max |d * s| == max|d| * s for a scale s >= 0 (rounding is monotonic)
                         amax[r] = amax[r] * xs[r]
                     for s in T.unroll(shuffle_steps):
