@@ -33,9 +33,10 @@ PASS_CONFIGS = THREAD_LEVEL
 
 WARPS_PER_CTA = 4
 ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuning knob)
-# __launch_bounds__ minimum CTAs per SM. FP4 casts are ALU-bound and 62 registers left them at 8 CTAs
-# (50 % occupancy): 10 CTAs cap them at 48 registers without spills and measured 79 % of copy instead of
-# 76 % (benchmarks/results/tuning/2026-12-01-per-token-cast-ab.json). e4m3 needs no cap (40 registers).
+# __launch_bounds__ minimum CTAs per SM, by output format, for plain (bf16/fp32) input. FP4 casts are
+# ALU-bound and 62 registers left them at 8 CTAs (50 % occupancy): 10 CTAs cap them at 48 registers without
+# spills and measured 79 % of copy instead of 76 % (benchmarks/results/tuning/2026-12-01-per-token-cast-ab.json).
+# e4m3 needs no cap (40 registers); pre-quantized inputs decode more per element and spill under the cap.
 MIN_BLOCKS_PER_SM = {"e2m1": 10}
 FMT_MAX = {"e4m3": 448.0, "e2m1": 6.0}
 SF_STORAGE = {"fp32": "float32", "e4m3": "float8_e4m3fn", "ue8m0": "uint8"}
@@ -150,7 +151,7 @@ def build(p, arch):
                       threads=32 * WARPS_PER_CTA) as (bx, by):
             if packed_amax:
                 T.import_source(ABSMAX8_BF16_SOURCE)
-            if fmt in MIN_BLOCKS_PER_SM:
+            if fmt in MIN_BLOCKS_PER_SM and not quantized_in:
                 T.annotate_min_blocks_per_sm(MIN_BLOCKS_PER_SM[fmt])
             tx = T.get_thread_binding()
             lane = tx % 32
