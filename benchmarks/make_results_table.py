@@ -2,7 +2,8 @@
 
     python benchmarks/make_results_table.py benchmarks/results/<date>-<sha>
 
-Reads bench_foundation.json and every bench_ops_*.json (the per-family scripts write either a
+Reads bench_foundation.json, its repeats (bench_foundation_*.json, e.g. a run again on a warm machine)
+and every bench_ops_*.json (the per-family scripts write either a
 list of records or {"records": [...]}; the copy ceiling is the record named copy_ceiling or the
 file's copy_ceiling_gbs). Columns: op, parameters, bytes moved, device time, % of the copy
 ceiling measured in the same run. Times not from graph replay are marked "(events)"; a case that
@@ -39,7 +40,8 @@ def main(folder):
     lines = [f"# Benchmark results ({folder.name}, commit {sha})", "",
              "Device time from CUDA-graph replay (median); bytes = each input read once + each output written once;",
              "% of copy = bandwidth / device-to-device copy ceiling measured in the same script run.", ""]
-    files = [folder / "bench_foundation.json"] + sorted(folder.glob("bench_ops_*.json"))
+    files = ([folder / "bench_foundation.json"] + sorted(folder.glob("bench_foundation_*.json"))
+             + sorted(folder.glob("bench_ops_*.json")))
     for f in files:
         if not f.exists():
             continue
