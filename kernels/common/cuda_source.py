@@ -31,7 +31,7 @@ def store_16b(T, dst, words):
 
 # max |x| of 8 consecutive bf16 values held in registers, as fp32. Packed bf16x2 ops: the absolute values
 # come from HFMA2 (FMA pipe) and the maxima from one HMNMX2 and one three-way VHMNMX, where eight fp32
-# FMNMX would occupy the ALU pipe (the FP4 casts' limit on the H200). Exact: max only selects, and bf16
+# FMNMX would occupy the half-rate ALU pipe (the issue-bound FP4 casts feel it). Exact: max only selects, and bf16
 # widens to fp32 exactly. NaN is skipped as fmaxf skips it (__hmax2 returns the non-NaN operand); a
 # row of NaN gives NaN, which the caller's max with its amax floor turns into the floor, as before.
 ABSMAX8_BF16_SOURCE = guarded("absmax8_bf16", """

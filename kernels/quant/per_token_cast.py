@@ -34,7 +34,7 @@ PASS_CONFIGS = THREAD_LEVEL
 WARPS_PER_CTA = 4
 ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuning knob)
 # __launch_bounds__ minimum CTAs per SM, by output format, for plain (bf16/fp32) input. FP4 casts are
-# ALU-bound and 62 registers left them at 8 CTAs (50 % occupancy): 10 CTAs cap them at 48 registers without
+# issue-bound and 62 registers left them at 8 CTAs (50 % occupancy): 10 CTAs cap them at 48 registers without
 # spills and measured 79 % of copy instead of 76 % (benchmarks/results/tuning/2026-12-01-per-token-cast-ab.json).
 # e4m3 needs no cap (40 registers); pre-quantized inputs decode more per element and spill under the cap.
 MIN_BLOCKS_PER_SM = {"e2m1": 10}
