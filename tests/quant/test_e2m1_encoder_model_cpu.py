@@ -55,7 +55,7 @@ def test_encoder_model_matches_reference_at_ties_and_edges():
 
 
 def test_encoder_model_matches_reference_on_a_dense_sweep():
-    # every 64th fp32 value in [0, 8): about 1.7 million magnitudes, every binade the encoder sees
+    # every 64th fp32 value in [0, 8): about 17 million magnitudes, every binade the encoder sees
     top = np.float32(8.0).view(np.int32)
     y = np.arange(0, top, 64, dtype=np.int32).view(np.float32)
     np.testing.assert_array_equal(_model_codes(y), _reference_codes(y))
