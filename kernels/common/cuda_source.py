@@ -48,3 +48,35 @@ def absmax8_bf16(T, first):
     """max |x| over the 8 bf16 registers starting at ``first`` (a 16-byte aligned local element); the kernel
     imports ABSMAX8_BF16_SOURCE."""
     return T.call_extern("float32", "tk_absmax8_bf16", T.address_of(first))
+
+
+# PTX prmt with the full 4-bit byte selector. CUDA's __byte_perm reads only the low 3 bits of each selector nibble;
+# PTX's fourth bit replicates the selected byte's sign bit over the whole result byte, which the FP4 packing uses to
+# gather sign bits without shifts (kernels/common/numerics.e2m1_pack).
+PRMT_SOURCE = guarded("prmt", """
+__device__ __forceinline__ unsigned tk_prmt(unsigned a, unsigned b, unsigned selector) {
+    unsigned d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+    return d;
+}
+""")
+
+# Two bf16 registers (4-byte aligned local elements) read as one 32-bit word, for bit-level work on them.
+U32_AT_SOURCE = guarded("u32_at", """
+__device__ __forceinline__ unsigned tk_u32_at(const void* p) {
+    return *(const unsigned*)p;
+}
+""")
+
+
+def bf16_values(T, pair_firsts):
+    """fp32 values of bf16 registers read in pairs: each pair given by its first (4-byte aligned) local
+    element, the pair's low half first; the kernel imports U32_AT_SOURCE. Exact: bf16 is the top half of an
+    fp32. The low element shifts up (IMAD.U32, on the FMA pipe) and the high one is masked (one LOP3), where
+    TileLang's element-wise cast moves the high half down and back up (PRMT + IMAD.U32)."""
+    out = []
+    for first in pair_firsts:
+        word = T.call_extern("uint32", "tk_u32_at", T.address_of(first))
+        out += [T.reinterpret("float32", T.shift_left(word, T.uint32(16))),
+                T.reinterpret("float32", T.bitwise_and(word, T.uint32(0xFFFF0000)))]
+    return out

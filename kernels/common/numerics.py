@@ -60,8 +60,11 @@ def e2m1_code_bits(y):
     a = T.abs(y)
 
     def candidate_bits(scale, offset):
-        return T.reinterpret("int32", T.call_extern("float32", "__fmaf_rn", a, T.float32(scale),
-                                                    T.float32(MAGIC + offset)))
+        if scale == 1.0:  # the same single rounding as the FMA, without a register for the 1.0
+            value = T.call_extern("float32", "__fadd_rn", a, T.float32(MAGIC + offset))
+        else:
+            value = T.call_extern("float32", "__fmaf_rn", a, T.float32(scale), T.float32(MAGIC + offset))
+        return T.reinterpret("int32", value)
 
     smallest = T.call_extern("int32", "__vimin3_s32", candidate_bits(2.0, 0), candidate_bits(1.0, 2),
                              candidate_bits(0.5, 4))
@@ -72,6 +75,12 @@ def _perm(a, b, selector):
     return T.call_extern("uint32", "__byte_perm", a, b, T.uint32(selector))
 
 
+def _prmt_signs(a, b, selector):
+    """PTX prmt whose selector nibbles have bit 3 set: each result byte is 0xFF or 0x00, the sign of the
+    selected byte (kernels/common/cuda_source.PRMT_SOURCE, which the kernel imports)."""
+    return T.call_extern("uint32", "tk_prmt", a, b, T.uint32(selector))
+
+
 def _gather(words, selector):
     """Select one byte per word of 4 words into one word (two-level byte_perm)."""
     lo = _perm(words[0], words[1], selector)
@@ -79,24 +88,37 @@ def _gather(words, selector):
     return _perm(lo, hi, 0x5410)
 
 
-def e2m1_pack(ys):
-    """Pack 8 (or 4) fp32 values into one uint32 (uint16) of e2m1 nibbles, element 2j low.
+# prmt selector (nibble n picks result byte n of the bytes a.b0-3, b.b0-3; 8 + i replicates byte i's sign):
+# [sign of a.b3, sign of b.b3] twice, the signs of two fp32 values as 0xFF/0x00 bytes.
+TOP_BYTE_SIGNS = 0xFBFB
 
-    Codes are byte-gathered from the rounded FP32 bits and sign bits from the
-    values' top bytes with ``__byte_perm`` (one PRMT per pair of elements), so the
-    per-element integer work is about two ops instead of five.
+
+def e2m1_pack(ys):
+    """Pack 8 (or 4) fp32 values into one uint32 of e2m1 nibbles, element 2j low (for 4 values the low 16 bits;
+    the high half is unspecified, callers store a uint16).
+
+    Magnitudes: one multiply-add per pair, c_odd * 16 + c_even, puts both 3-bit codes of
+    e2m1_code_bits in the pair's low byte (the FP32 exponent bits wrap out or stay above it),
+    and __byte_perm gathers the pairs' low bytes. The multiply-add is an IMAD on the FMA pipe;
+    byte shuffles and logic ops share the half-rate ALU pipe, of which the issue-bound FP4 casts
+    are short. Signs: prmt's sign-replicate selectors turn each value's top byte into a 0xFF/0x00
+    byte, even elements in one word and odd in another, in output byte order, and two LOP3 mask
+    them into bits 3 and 7. The signs are the scaled values' own: a NaN value is the positive
+    canonical NaN of the GPU's arithmetic (code 7, like the reference), whatever the input's sign.
     """
     n = len(ys)
+    if n not in (4, 8):
+        raise ValueError(f"e2m1_pack packs 4 or 8 values, got {n}")
     codes = [e2m1_code_bits(y) for y in ys]
-    signs = [T.reinterpret("uint32", y) for y in ys]
-    if n == 4:
-        codes += [T.uint32(0), T.uint32(0)] * 2
-        signs += [T.uint32(0), T.uint32(0)] * 2
-    even_codes = _gather(codes[0::2], 0x0040)  # low byte of each even element
-    odd_codes = _gather(codes[1::2], 0x0040)
-    # Top byte of each value (its bit 7 is the sign; __byte_perm has no sign-replicate mode).
-    even_tops = _gather(signs[0::2], 0x0073)
-    odd_tops = _gather(signs[1::2], 0x0073)
-    sign_bits = T.bitwise_or(T.bitwise_and(T.shift_right(even_tops, T.uint32(4)), T.uint32(0x08080808)),
-                             T.bitwise_and(odd_tops, T.uint32(0x80808080)))
-    return T.bitwise_or(T.bitwise_or(even_codes, T.shift_left(odd_codes, T.uint32(4))), sign_bits)
+    pairs = [codes[2 * j + 1] * T.uint32(16) + codes[2 * j] for j in range(n // 2)]
+    bits = [T.reinterpret("uint32", y) for y in ys]
+
+    def signs(first):  # elements first, first + 2, ...
+        if n == 4:
+            return _prmt_signs(bits[first], bits[first + 2], TOP_BYTE_SIGNS)
+        return _perm(_prmt_signs(bits[first], bits[first + 2], TOP_BYTE_SIGNS),
+                     _prmt_signs(bits[first + 4], bits[first + 6], TOP_BYTE_SIGNS), 0x5410)
+
+    magnitudes = _gather(pairs, 0x0040) if n == 8 else _perm(pairs[0], pairs[1], 0x0040)
+    return T.bitwise_or(T.bitwise_or(magnitudes, T.bitwise_and(signs(0), T.uint32(0x08080808))),
+                        T.bitwise_and(signs(1), T.uint32(0x80808080)))

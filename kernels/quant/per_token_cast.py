@@ -80,7 +80,8 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
 
-    from kernels.common.cuda_source import ABSMAX8_BF16_SOURCE, absmax8_bf16
+    from kernels.common.cuda_source import (ABSMAX8_BF16_SOURCE, PRMT_SOURCE, U32_AT_SOURCE, absmax8_bf16,
+                                            bf16_values)
     from kernels.common.numerics import e2m1_pack, e2m1_value, pow2, round_sf_exponent
     from kernels.common.stochastic import fp32_bits, quad_random_bits, to_e4m3x4_stochastic
 
@@ -110,16 +111,68 @@ def build(p, arch):
         out_storage = in_dtype
     sf_storage = SF_STORAGE[sf_kind]
     packed_amax = in_dtype == "bfloat16" and not precomputed  # bf16x2 maxima (kernels/common/cuda_source.py)
+    # CUDA helpers, in one import: TileLang refuses a second import_source with other text in one kernel.
+    helpers = (ABSMAX8_BF16_SOURCE if packed_amax else "") + (PRMT_SOURCE if fmt == "e2m1" else "") + \
+        (U32_AT_SOURCE if in_dtype == "bfloat16" else "") or None
     x_numel, out_numel, sf_numel, x_sf_numel = T.dynamic("x_numel, out_numel, sf_numel, x_sf_numel")
 
     def value(xr, xw, r, i):
         """Input element (r, i) of this thread as fp32 (before any input scale)."""
         return e2m1_value(xw[r], i) if in_dtype == "e2m1" else T.Cast("float32", xr[r, i])
 
-    def encoded(xr, vf, r, i):
-        """The element to encode: FP4 input is decoded into ``vf`` first, because inlining the
-        decode into the FP4 encode multiplies the expression and stalls lowering for a minute."""
-        return vf[i] if in_dtype == "e2m1" else T.Cast("float32", xr[r, i])
+    def encoded(xr, vf, r):
+        """The row's elements to encode, as fp32. FP4 input is decoded into ``vf`` first, because inlining
+        the decode into the FP4 encode multiplies the expression and stalls lowering for a minute; bf16
+        pairs are widened from their 32-bit words (cuda_source.bf16_values says why)."""
+        if in_dtype == "e2m1":
+            return [vf[i] for i in range(vec)]
+        if in_dtype == "bfloat16":
+            return bf16_values(T, [xr[r, 2 * j] for j in range(vec // 2)])
+        return [T.Cast("float32", xr[r, i]) for i in range(vec)]
+
+    @T.macro
+    def quantize_row(r, row, first_row, col, xr, xw, vf, ql, sf_inv, out, out_stride_unit):
+        """Quantize and store row r of this thread (a row that exists)."""
+        if stochastic:
+            # out_stride_unit counts vec bytes; a quad of e4m3 is one 4-byte word.
+            base = T.Cast("int64", row) * (out_stride_unit * (vec // 4)) + col // 4
+            for j in T.unroll(vec // 4):
+                bits = [fp32_bits(T.Cast("float32", xr[r, 4 * j + i]) * sf_inv[r]) for i in range(4)]
+                r0, _ = quad_random_bits(*bits, col // 4 + j)
+                out[base + j] = to_e4m3x4_stochastic(*bits, r0)
+        elif fmt == "e4m3":
+            if in_dtype == "e2m1":
+                for i in T.unroll(vec):
+                    ql[i] = T.Cast("float8_e4m3fn", value(xr, xw, r, i) * sf_inv[r])
+            else:
+                if in_dtype == "bfloat16":  # widened from pair words (as `encoded`), then the same paired cvt
+                    for i, v in enumerate(encoded(xr, vf, r)):
+                        vf[i] = v
+                    for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
+                        ql[i] = T.Cast("float8_e4m3fn", vf[i] * sf_inv[r])
+                else:
+                    for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
+                        ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * sf_inv[r])
+            for i in T.vectorized(vec):
+                out[first_row * out_stride_unit * vec + col + T.Cast("int64", out_stride_unit * (r * vec))
+                    + i] = ql[i]
+        else:
+            if in_dtype == "e2m1":
+                for i in T.unroll(vec):
+                    vf[i] = e2m1_value(xw[r], i)
+            word = e2m1_pack([v * sf_inv[r] for v in encoded(xr, vf, r)])
+            out[first_row * out_stride_unit + col // vec + T.Cast("int64", out_stride_unit * r)] = \
+                T.Cast(out_storage, word)
+
+    def row_pick(values, r):
+        """values[r] for a runtime r < len(values) (a power of two), as a tree of selects on r's bits: nvcc
+        turned the `if r == k` chain into 36 instructions with branches."""
+        bit = 0
+        while len(values) > 1:
+            taken = T.bitwise_and(r, 1 << bit) != 0
+            values = [T.if_then_else(taken, values[k + 1], values[k]) for k in range(0, len(values), 2)]
+            bit += 1
+        return values[0]
 
     @T.prim_func
     def per_token_cast(
@@ -149,8 +202,8 @@ def build(p, arch):
     ):
         with T.Kernel(num_row_blocks, num_col_blocks,
                       threads=32 * WARPS_PER_CTA) as (bx, by):
-            if packed_amax:
-                T.import_source(ABSMAX8_BF16_SOURCE)
+            if helpers is not None:
+                T.import_source(helpers)
             if fmt in MIN_BLOCKS_PER_SM and not quantized_in:
                 T.annotate_min_blocks_per_sm(MIN_BLOCKS_PER_SM[fmt])
             tx = T.get_thread_binding()
@@ -179,19 +232,29 @@ def build(p, arch):
             qword = T.alloc_local((1,), "uint32")
 
             T.pdl_sync()
+            if in_dtype != "e2m1":
+                # A CTA whose rows all exist loads without per-row guards: nvcc then forms row 0's address
+                # once and steps it by the row stride, where guarded loads rebuilt a 64-bit address per row.
+                if bx * rows + rows <= num_tokens and col_ok:
+                    for r in T.unroll(rows):
+                        for i in T.vectorized(vec):
+                            xr[r, i] = x[first_row * x_stride_vec * vec + col
+                                         + T.Cast("int64", x_stride_vec * (r * vec)) + i]
+                else:
+                    for r in T.unroll(rows):
+                        if bx * rows + r < num_tokens and col_ok:
+                            for i in T.vectorized(vec):
+                                xr[r, i] = x[first_row * x_stride_vec * vec + col
+                                             + T.Cast("int64", x_stride_vec * (r * vec)) + i]
+                        else:
+                            for i in T.unroll(vec):
+                                xr[r, i] = T.Cast(in_dtype, 0)
             for r in T.unroll(rows):
                 row = bx * rows + r
                 if in_dtype == "e2m1":
                     xw[r] = T.uint32(0)
                     if row < num_tokens and col_ok:
-                        xw[r] = x[first_row * x_stride_vec + col // vec + T.Cast("int64", x_stride_vec) * r]
-                elif row < num_tokens and col_ok:
-                    for i in T.vectorized(vec):
-                        xr[r, i] = x[first_row * x_stride_vec * vec + col + T.Cast("int64", x_stride_vec) * (r * vec)
-                                     + i]
-                else:
-                    for i in T.unroll(vec):
-                        xr[r, i] = T.Cast(in_dtype, 0)
+                        xw[r] = x[first_row * x_stride_vec + col // vec + T.Cast("int64", x_stride_vec * r)]
                 if quantized_in:
                     xs[r] = T.float32(0)
                     if row < num_tokens and col_ok:
@@ -229,10 +292,7 @@ def build(p, arch):
                 row_ok = my_row < num_tokens and col_ok
                 sf_idx = T.Cast("int64", my_row) * sf_stride_t + kb * sf_stride_k
                 if not precomputed:
-                    my_amax[0] = amax[0]
-                    for r in T.unroll(1, rows):
-                        if my_r == r:
-                            my_amax[0] = amax[r]
+                    my_amax[0] = row_pick([amax[r] for r in range(rows)], my_r) if spread else amax[j]
                 if precomputed:
                     inv[0] = T.float32(1)
                     if row_ok:
@@ -289,40 +349,22 @@ def build(p, arch):
                             for i in T.unroll(vec):
                                 vf[i] = T.Cast("float32", ql[i]) * sf_back[r]
                         else:
-                            qword[0] = e2m1_pack([T.Cast("float32", xr[r, i]) * sf_inv[r] for i in range(vec)])
+                            qword[0] = e2m1_pack([v * sf_inv[r] for v in encoded(xr, vf, r)])
                             for i in T.unroll(vec):
                                 vf[i] = e2m1_value(qword[0], i) * sf_back[r]
                         for i in T.vectorized(vec):
-                            out[first_row * out_stride_unit * vec + col + T.Cast("int64", out_stride_unit) * (r * vec)
+                            out[first_row * out_stride_unit * vec + col + T.Cast("int64", out_stride_unit * (r * vec))
                                 + i] = T.Cast(in_dtype, vf[i])
             elif write_data != 0:
-                for r in T.unroll(rows):
-                    row = bx * rows + r
-                    if row < num_tokens and col_ok:
-                        if stochastic:
-                            # out_stride_unit counts vec bytes; a quad of e4m3 is one 4-byte word.
-                            base = T.Cast("int64", row) * (out_stride_unit * (vec // 4)) + col // 4
-                            for j in T.unroll(vec // 4):
-                                bits = [fp32_bits(T.Cast("float32", xr[r, 4 * j + i]) * sf_inv[r]) for i in range(4)]
-                                r0, _ = quad_random_bits(*bits, col // 4 + j)
-                                out[base + j] = to_e4m3x4_stochastic(*bits, r0)
-                        elif fmt == "e4m3":
-                            if in_dtype == "e2m1":
-                                for i in T.unroll(vec):
-                                    ql[i] = T.Cast("float8_e4m3fn", value(xr, xw, r, i) * sf_inv[r])
-                            else:
-                                for i in T.vectorized(vec):  # paired cvt.satfinite.e4m3x2
-                                    ql[i] = T.Cast("float8_e4m3fn", T.Cast("float32", xr[r, i]) * sf_inv[r])
-                            for i in T.vectorized(vec):
-                                out[first_row * out_stride_unit * vec + col + T.Cast("int64", out_stride_unit) * (r * vec)
-                                    + i] = ql[i]
-                        else:
-                            if in_dtype == "e2m1":
-                                for i in T.unroll(vec):
-                                    vf[i] = e2m1_value(xw[r], i)
-                            word = e2m1_pack([encoded(xr, vf, r, i) * sf_inv[r] for i in range(vec)])
-                            out[first_row * out_stride_unit + col // vec + T.Cast("int64", out_stride_unit) * r] = \
-                                T.Cast(out_storage, word)
+                # As the loads: full CTAs store without per-row guards, so each row's address is one step from
+                # the previous row's (the guarded rows rebuilt it from 64-bit products).
+                if bx * rows + rows <= num_tokens and col_ok:
+                    for r in T.unroll(rows):
+                        quantize_row(r, bx * rows + r, first_row, col, xr, xw, vf, ql, sf_inv, out, out_stride_unit)
+                else:
+                    for r in T.unroll(rows):
+                        if bx * rows + r < num_tokens and col_ok:
+                            quantize_row(r, bx * rows + r, first_row, col, xr, xw, vf, ql, sf_inv, out, out_stride_unit)
             T.pdl_trigger()
 
     return per_token_cast
