@@ -13,9 +13,12 @@ import torch
 from bench_foundation import copy_ceiling_gbs, graph_time_us
 
 T, H = 16384, 7168
-CASES = (  # (fmt, channels per scale, options): the foundation's bf16 per_token_cast cases
+CASES = (  # (fmt, channels per scale, options): the foundation's bf16 per_token_cast cases, and two e4m3 cases that
+    # separate what the fastest one does differently (no IEEE division; column-major scales)
     ("e4m3", 128, {}),
     ("e4m3", 128, {"round_sf": True, "use_packed_ue8m0": True}),
+    ("e4m3", 128, {"round_sf": True}),
+    ("e4m3", 128, {"use_tma_aligned_col_major_sf": True}),
     ("e2m1", 32, {}),
     ("e2m1", 32, {"use_e4m3_sf": True}),
     ("e2m1", 32, {"round_sf": True, "use_packed_ue8m0": True}),
@@ -38,7 +41,11 @@ def main():
     records = [{"name": "copy_ceiling", "label": args.label, "bandwidth_gbs": round(copy_ceiling_gbs(), 1)}]
     ceiling = records[0]["bandwidth_gbs"]
     for fmt, g, opts in CASES:
-        q, sf = tilekiln.quant.per_token_cast(x, fmt, g, **opts)
+        try:
+            q, sf = tilekiln.quant.per_token_cast(x, fmt, g, **opts)
+        except tilekiln.MissingSpecializationError:  # an experiment store may hold only some of the cases
+            print(f"{args.label}: {fmt} g={g} {opts} not in this store, skipped", flush=True)
+            continue
         ref_q, ref_sf = tilekiln.torch.cast(x, fmt, (1, g), **opts)
         exact = torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8)) and torch.equal(
             sf.contiguous().view(torch.uint8), ref_sf.contiguous().view(torch.uint8))

@@ -97,6 +97,7 @@ def build(p, arch):
     shuffle_steps = lanes_per_block.bit_length() - 1  # log2
     rows = p["rows"]
     spread = lanes_per_block >= rows  # enough lanes per block to give each row its own
+    reduce_distances = [lanes_per_block >> (s + 1) for s in range(shuffle_steps)]  # xor-shuffle distances
     scalar_iters = 1 if spread else rows
     store_lanes = rows if spread else 1
     seg = 32 * vec
@@ -163,16 +164,6 @@ def build(p, arch):
             word = e2m1_pack([v * sf_inv[r] for v in encoded(xr, vf, r)])
             out[first_row * out_stride_unit + col // vec + T.Cast("int64", out_stride_unit * r)] = \
                 T.Cast(out_storage, word)
-
-    def row_pick(values, r):
-        """values[r] for a runtime r < len(values) (a power of two), as a tree of selects on r's bits: nvcc
-        turned the `if r == k` chain into 36 instructions with branches."""
-        bit = 0
-        while len(values) > 1:
-            taken = T.bitwise_and(r, 1 << bit) != 0
-            values = [T.if_then_else(taken, values[k + 1], values[k]) for k in range(0, len(values), 2)]
-            bit += 1
-        return values[0]
 
     @T.prim_func
     def per_token_cast(
@@ -276,9 +267,28 @@ def build(p, arch):
                             amax[r] = T.max(amax[r], T.abs(value(xr, xw, r, i)))
                     if quantized_in:  # max |d * s| == max|d| * s for a scale s >= 0 (rounding is monotonic)
                         amax[r] = amax[r] * xs[r]
-                    for s in T.unroll(shuffle_steps):
-                        amax[r] = T.max(amax[r], T.shfl_xor(amax[r], T.shift_right(lanes_per_block // 2, s)))
-                    amax[r] = T.max(amax[r], clamp_min)
+                    if not spread:
+                        for s in T.unroll(shuffle_steps):
+                            amax[r] = T.max(amax[r], T.shfl_xor(amax[r], T.shift_right(lanes_per_block // 2, s)))
+                        amax[r] = T.max(amax[r], clamp_min)
+                if spread:
+                    # The block's lanes reduce all rows over the distances >= rows, then halve the rows at each
+                    # remaining distance d: a lane keeps half of its rows (by its bit d) and sends the other half
+                    # to its partner, one shuffle per kept row. Lane `sub` ends with row sub % rows alone in
+                    # amax[0], the row whose scale it computes below: for 4 rows 3 shuffles instead of 8 over
+                    # the last two distances, and no select of its row afterwards. (Maxima are exact, so the
+                    # order of the reduction does not change any bit.)
+                    for d in reduce_distances:
+                        if d >= rows:
+                            for r in T.unroll(rows):
+                                amax[r] = T.max(amax[r], T.shfl_xor(amax[r], d))
+                        else:
+                            upper = T.bitwise_and(sub, d) != 0
+                            for j in T.unroll(d):
+                                kept = T.if_then_else(upper, amax[j + d], amax[j])
+                                sent = T.if_then_else(upper, amax[j], amax[j + d])
+                                amax[j] = T.max(kept, T.shfl_xor(sent, d))
+                    amax[0] = T.max(amax[0], clamp_min)
 
             # Per-row scale math (IEEE divisions for the plain and E4M3 scales) is spread over the
             # lanes of a scale block: lane `sub` handles row `sub % rows` once, then the block's
@@ -292,7 +302,7 @@ def build(p, arch):
                 row_ok = my_row < num_tokens and col_ok
                 sf_idx = T.Cast("int64", my_row) * sf_stride_t + kb * sf_stride_k
                 if not precomputed:
-                    my_amax[0] = row_pick([amax[r] for r in range(rows)], my_r) if spread else amax[j]
+                    my_amax[0] = amax[0] if spread else amax[j]
                 if precomputed:
                     inv[0] = T.float32(1)
                     if row_ok:
