@@ -2,8 +2,9 @@
 
 Importing needs neither a GPU nor a CUDA driver; kernels load on first use. The op families
 (``quant``, ``moe``, ``transpose``) and the references (``torch``) are imported on first attribute
-access, which also registers their torch.library ops: a first call pays only for its own family.
-``torch.ops.tilekiln.<op>`` imports the op's family on first lookup (tilekiln/_runtime/torch_ops.py).
+access: a first call pays only for its own family. Their torch.library ops are registered later still:
+the first lookup of ``torch.ops.tilekiln.<op>`` imports the op's family and registers its ops
+(tilekiln/_runtime/torch_ops.py).
 """
 import importlib
 

@@ -2,14 +2,15 @@
 
 Each op lives in its own module (``_per_token``, ``_per_block``, ``_cast_back``, ``_cast``, ``_per_channel``,
 ``_per_channel_v1``, ``_swiglu`` / ``_swiglu_bwd``, ``_norm``, ``_e5m6``, ``_lossless``, ``_weight_sf``); this
-file exports them and registers, with fake implementations, the torch.library ops that ``torch.compile``
-traces (the per_block, cast_back and swiglu ops register theirs in their own modules).
+file exports them and defines, with fake implementations, the torch.library ops that ``torch.compile``
+traces (the per_block, cast_back and swiglu ops are defined in their own modules). The ops are registered on
+the first lookup of one of them in ``torch.ops.tilekiln``, not at import (``_register_ops``).
 """
 from typing import Optional
 
 import torch
 
-from tilekiln.quant import _cast, _norm, _per_channel, _per_channel_v1, _per_token
+from tilekiln.quant import _cast, _cast_back, _norm, _per_block, _per_channel, _per_channel_v1, _per_token, _swiglu_bwd
 from tilekiln.quant._cast_back import cast_back, per_token_cast_and_cast_back, per_token_cast_back  # noqa: F401
 from tilekiln.quant._e5m6 import cast_back_e5m6, per_token_cast_to_e5m6  # noqa: F401  (v1 E5M6)
 from tilekiln.quant._lossless import check_errors, per_block_cast_lossless  # noqa: F401
@@ -49,48 +50,6 @@ __all__ = [
 ]
 
 
-@torch.library.custom_op("tilekiln::per_token_cast", mutates_args=(), device_types="cuda")
-def _per_token_cast_op(x: torch.Tensor, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf: bool,
-                       round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return _per_token.per_token_cast(x, fmt, num_per_channels, None, use_tma_aligned_col_major_sf, round_sf,
-                                     use_packed_ue8m0, use_e4m3_sf)
-
-
-@_per_token_cast_op.register_fake
-def _(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, use_e4m3_sf):
-    # The real allocators, run under fake mode, give the exact shapes and strides (col-major sf too).
-    _per_token._check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf,
-                              use_tma_aligned_col_major_sf)
-    t, h = x.shape
-    kind = _per_token._sf_kind(use_e4m3_sf, use_packed_ue8m0)
-    q = _per_token._alloc_q(t, h, x.device, fmt)
-    sf = _per_token._sf_storage(t, -(-h // num_per_channels), _per_token._SF_DTYPE[kind],
-                                use_tma_aligned_col_major_sf, x.device, kind == "ue8m0")
-    return q, sf
-
-
-@torch.library.custom_op("tilekiln::per_token_cast_requant", mutates_args=(), device_types="cuda")
-def _per_token_cast_requant_op(data: torch.Tensor, x_sf: torch.Tensor, block_m: int, block_k: int, fmt: str,
-                               num_per_channels: int, use_tma_aligned_col_major_sf: bool, round_sf: bool,
-                               use_packed_ue8m0: bool, use_e4m3_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """per_token_cast of pre-quantized input x = (data, x_sf) with x_block_size = (block_m, block_k)."""
-    return _per_token.per_token_cast((data, x_sf), fmt, num_per_channels, (block_m, block_k),
-                                     use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, use_e4m3_sf)
-
-
-@_per_token_cast_requant_op.register_fake
-def _(data, x_sf, block_m, block_k, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0,
-      use_e4m3_sf):
-    _per_token._check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf,
-                              use_tma_aligned_col_major_sf)
-    t, h = data.shape[0], data.shape[1] * (2 if data.dtype == torch.int8 else 1)
-    kind = _per_token._sf_kind(use_e4m3_sf, use_packed_ue8m0)
-    q = _per_token._alloc_q(t, h, data.device, fmt)
-    sf = _per_token._sf_storage(t, -(-h // num_per_channels), _per_token._SF_DTYPE[kind],
-                                use_tma_aligned_col_major_sf, data.device, kind == "ue8m0")
-    return q, sf
-
-
 def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_col_major_sf=False,
                    round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
     """Row-wise block quantization to e4m3 / e2m1 with fp32, E4M3 or packed UE8M0 scales.
@@ -113,24 +72,6 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
 # ---- RMSNorm (kernels/quant/norm_forward.py, norm_backward.py) ----
 
 
-@torch.library.custom_op("tilekiln::norm_forward", mutates_args=(), device_types="cuda")
-def _norm_forward_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, residual: Optional[torch.Tensor],
-                     out_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # Outputs may not alias inputs: norm_input is substituted by the wrapper, and the
-    # residual_out slot is an empty tensor when there is no residual.
-    y, rstd, norm_input = _norm.norm_forward(x, weight, eps, residual, out_scale, with_rstd=True)
-    return y, rstd, (norm_input if residual is not None else x.new_empty(0))
-
-
-@_norm_forward_op.register_fake
-def _(x, weight, eps, residual, out_scale):
-    if x.dim() not in (2, 3) or x.dtype not in (torch.bfloat16, torch.float32):
-        raise ValueError(f"x must be a 2-D or 3-D bf16/fp32 tensor, got {tuple(x.shape)} {x.dtype}")
-    ro = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else x.new_empty(0)
-    return (torch.empty(x.shape, dtype=x.dtype, device=x.device),
-            torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device), ro)
-
-
 def norm_forward(x, weight, eps, residual=None, out_scale=1.0, out=None, residual_out=None, with_rstd=False):
     """RMSNorm with optional fused residual add; returns ``(out, rstd or None, norm_input)``.
 
@@ -147,17 +88,6 @@ def norm_forward(x, weight, eps, residual=None, out_scale=1.0, out=None, residua
 # ---- cast and per_channel_cast (kernels/quant/cast.py, per_channel_cast.py) ----
 
 
-@torch.library.custom_op("tilekiln::cast", mutates_args=(), device_types="cuda")
-def _cast_op(x: torch.Tensor, dtype: torch.dtype, stochastic_rounding: bool) -> torch.Tensor:
-    return _cast.cast(x, dtype, stochastic_rounding)
-
-
-@_cast_op.register_fake
-def _(x, dtype, stochastic_rounding):
-    _cast.check_args(x, dtype, stochastic_rounding)
-    return torch.empty(x.shape, dtype=dtype, device=x.device)
-
-
 def cast(x, dtype, stochastic_rounding=False):
     """Element-wise dtype conversion, optionally with deterministic stochastic rounding.
 
@@ -168,18 +98,6 @@ def cast(x, dtype, stochastic_rounding=False):
     if torch.compiler.is_compiling():
         return torch.ops.tilekiln.cast(x, dtype, stochastic_rounding)
     return _cast.cast(x, dtype, stochastic_rounding)
-
-
-@torch.library.custom_op("tilekiln::per_channel_cast", mutates_args=(), device_types="cuda")
-def _per_channel_cast_op(x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool,
-                         use_packed_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return _per_channel.per_channel_cast(x, fmt, num_per_tokens, round_sf, None, use_packed_ue8m0)
-
-
-@_per_channel_cast_op.register_fake
-def _(x, fmt, num_per_tokens, round_sf, use_packed_ue8m0):
-    _per_channel.check_args(x, fmt, num_per_tokens, round_sf, None, use_packed_ue8m0)
-    return _per_channel.alloc(x, num_per_tokens, use_packed_ue8m0)
 
 
 def per_channel_cast(x, fmt, num_per_tokens, round_sf=False, num_per_channels=None, use_packed_ue8m0=False):
@@ -196,18 +114,6 @@ def per_channel_cast(x, fmt, num_per_tokens, round_sf=False, num_per_channels=No
 # ---- v1 per-channel casts fused with a transpose (kernels/quant/per_channel_transpose.py) ----
 
 
-@torch.library.custom_op("tilekiln::per_channel_cast_and_transpose", mutates_args=(), device_types="cuda")
-def _per_channel_cast_and_transpose_op(x: torch.Tensor, fmt: str, num_per_tokens: int,
-                                       round_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return _per_channel_v1.per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
-
-
-@_per_channel_cast_and_transpose_op.register_fake
-def _(x, fmt, num_per_tokens, round_sf):
-    _per_channel_v1.check_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
-    return _per_channel_v1.alloc(x.shape[0], x.shape[1], num_per_tokens, True, x.device)
-
-
 def per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf=False):
     """v1: per-channel FP8 quantization of x [T, H] bf16 fused with a transpose.
 
@@ -217,20 +123,6 @@ def per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf=False):
     if torch.compiler.is_compiling():
         return torch.ops.tilekiln.per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
     return _per_channel_v1.per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
-
-
-@torch.library.custom_op("tilekiln::swiglu_forward_and_per_channel_cast_and_transpose", mutates_args=(),
-                         device_types="cuda")
-def _swiglu_per_channel_op(x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool, without_transpose: bool,
-                           swiglu_clamp_value: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
-    return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(
-        x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
-
-
-@_swiglu_per_channel_op.register_fake
-def _(x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value):
-    _per_channel_v1.check_swiglu(x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
-    return _per_channel_v1.alloc(x.shape[0], x.shape[1] // 2, num_per_tokens, not without_transpose, x.device)
 
 
 def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf=False, without_transpose=False,
@@ -246,3 +138,114 @@ def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, num_per_tokens, ro
             x, fmt, num_per_tokens, round_sf, without_transpose, clamp)
     return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(
         x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
+
+
+def _register_ops():
+    """Define the family's torch.library ops (schemas and fake implementations) that torch.compile traces.
+
+    tilekiln._runtime.torch_ops.register runs this once, on the first lookup of one of the family's ops in
+    torch.ops.tilekiln, not at import: eager calls never go through the ops, and registering them made the
+    import that every process's first eager call pays 27 ms instead of 4 ms (CPU build machine; the first
+    lookup now pays the ~20 ms).
+    """
+    _cast_back._register_ops()
+    _per_block._register_ops()
+    _swiglu_bwd._register_ops()
+
+    @torch.library.custom_op("tilekiln::per_token_cast", mutates_args=(), device_types="cuda")
+    def _per_token_cast_op(x: torch.Tensor, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf: bool,
+                           round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return _per_token.per_token_cast(x, fmt, num_per_channels, None, use_tma_aligned_col_major_sf, round_sf,
+                                         use_packed_ue8m0, use_e4m3_sf)
+
+    @_per_token_cast_op.register_fake
+    def _(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, use_e4m3_sf):
+        # The real allocators, run under fake mode, give the exact shapes and strides (col-major sf too).
+        _per_token._check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf,
+                                  use_tma_aligned_col_major_sf)
+        t, h = x.shape
+        kind = _per_token._sf_kind(use_e4m3_sf, use_packed_ue8m0)
+        q = _per_token._alloc_q(t, h, x.device, fmt)
+        sf = _per_token._sf_storage(t, -(-h // num_per_channels), _per_token._SF_DTYPE[kind],
+                                    use_tma_aligned_col_major_sf, x.device, kind == "ue8m0")
+        return q, sf
+
+    @torch.library.custom_op("tilekiln::per_token_cast_requant", mutates_args=(), device_types="cuda")
+    def _per_token_cast_requant_op(data: torch.Tensor, x_sf: torch.Tensor, block_m: int, block_k: int, fmt: str,
+                                   num_per_channels: int, use_tma_aligned_col_major_sf: bool, round_sf: bool,
+                                   use_packed_ue8m0: bool, use_e4m3_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """per_token_cast of pre-quantized input x = (data, x_sf) with x_block_size = (block_m, block_k)."""
+        return _per_token.per_token_cast((data, x_sf), fmt, num_per_channels, (block_m, block_k),
+                                         use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, use_e4m3_sf)
+
+    @_per_token_cast_requant_op.register_fake
+    def _(data, x_sf, block_m, block_k, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0,
+          use_e4m3_sf):
+        _per_token._check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf,
+                                  use_tma_aligned_col_major_sf)
+        t, h = data.shape[0], data.shape[1] * (2 if data.dtype == torch.int8 else 1)
+        kind = _per_token._sf_kind(use_e4m3_sf, use_packed_ue8m0)
+        q = _per_token._alloc_q(t, h, data.device, fmt)
+        sf = _per_token._sf_storage(t, -(-h // num_per_channels), _per_token._SF_DTYPE[kind],
+                                    use_tma_aligned_col_major_sf, data.device, kind == "ue8m0")
+        return q, sf
+
+    # RMSNorm
+    @torch.library.custom_op("tilekiln::norm_forward", mutates_args=(), device_types="cuda")
+    def _norm_forward_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, residual: Optional[torch.Tensor],
+                         out_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        # Outputs may not alias inputs: norm_input is substituted by the wrapper, and the
+        # residual_out slot is an empty tensor when there is no residual.
+        y, rstd, norm_input = _norm.norm_forward(x, weight, eps, residual, out_scale, with_rstd=True)
+        return y, rstd, (norm_input if residual is not None else x.new_empty(0))
+
+    @_norm_forward_op.register_fake
+    def _(x, weight, eps, residual, out_scale):
+        if x.dim() not in (2, 3) or x.dtype not in (torch.bfloat16, torch.float32):
+            raise ValueError(f"x must be a 2-D or 3-D bf16/fp32 tensor, got {tuple(x.shape)} {x.dtype}")
+        ro = torch.empty_like(x, memory_format=torch.contiguous_format) if residual is not None else x.new_empty(0)
+        return (torch.empty(x.shape, dtype=x.dtype, device=x.device),
+                torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device), ro)
+
+    # cast and per_channel_cast
+    @torch.library.custom_op("tilekiln::cast", mutates_args=(), device_types="cuda")
+    def _cast_op(x: torch.Tensor, dtype: torch.dtype, stochastic_rounding: bool) -> torch.Tensor:
+        return _cast.cast(x, dtype, stochastic_rounding)
+
+    @_cast_op.register_fake
+    def _(x, dtype, stochastic_rounding):
+        _cast.check_args(x, dtype, stochastic_rounding)
+        return torch.empty(x.shape, dtype=dtype, device=x.device)
+
+    @torch.library.custom_op("tilekiln::per_channel_cast", mutates_args=(), device_types="cuda")
+    def _per_channel_cast_op(x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool,
+                             use_packed_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return _per_channel.per_channel_cast(x, fmt, num_per_tokens, round_sf, None, use_packed_ue8m0)
+
+    @_per_channel_cast_op.register_fake
+    def _(x, fmt, num_per_tokens, round_sf, use_packed_ue8m0):
+        _per_channel.check_args(x, fmt, num_per_tokens, round_sf, None, use_packed_ue8m0)
+        return _per_channel.alloc(x, num_per_tokens, use_packed_ue8m0)
+
+    # v1 per-channel casts fused with a transpose
+    @torch.library.custom_op("tilekiln::per_channel_cast_and_transpose", mutates_args=(), device_types="cuda")
+    def _per_channel_cast_and_transpose_op(x: torch.Tensor, fmt: str, num_per_tokens: int,
+                                           round_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        return _per_channel_v1.per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
+
+    @_per_channel_cast_and_transpose_op.register_fake
+    def _(x, fmt, num_per_tokens, round_sf):
+        _per_channel_v1.check_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
+        return _per_channel_v1.alloc(x.shape[0], x.shape[1], num_per_tokens, True, x.device)
+
+    @torch.library.custom_op("tilekiln::swiglu_forward_and_per_channel_cast_and_transpose", mutates_args=(),
+                             device_types="cuda")
+    def _swiglu_per_channel_op(x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool, without_transpose: bool,
+                               swiglu_clamp_value: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(
+            x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
+
+    @_swiglu_per_channel_op.register_fake
+    def _(x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value):
+        _per_channel_v1.check_swiglu(x, fmt, num_per_tokens, round_sf, without_transpose, swiglu_clamp_value)
+        return _per_channel_v1.alloc(x.shape[0], x.shape[1] // 2, num_per_tokens, not without_transpose, x.device)

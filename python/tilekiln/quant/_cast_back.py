@@ -146,13 +146,15 @@ def per_token_cast_and_cast_back(x, fmt, num_per_channels, round_sf=False, use_e
     return None
 
 
-@torch.library.custom_op("tilekiln::cast_back", mutates_args=(), device_types="cuda")
-def _cast_back_op(data: torch.Tensor, sf: torch.Tensor, fmt: str, x_block_size: list[int]) -> torch.Tensor:
-    return _cast_back((data, sf), fmt, tuple(x_block_size))
+def _register_ops():
+    """This module's torch.library ops, registered on first lookup by tilekiln.quant._register_ops (not at
+    import: tilekiln._runtime.torch_ops says why)."""
+    @torch.library.custom_op("tilekiln::cast_back", mutates_args=(), device_types="cuda")
+    def _cast_back_op(data: torch.Tensor, sf: torch.Tensor, fmt: str, x_block_size: list[int]) -> torch.Tensor:
+        return _cast_back((data, sf), fmt, tuple(x_block_size))
 
-
-@_cast_back_op.register_fake
-def _(data, sf, fmt, x_block_size):
-    checks.choice("fmt", fmt, tuple(OUT_FORMATS))
-    _, _, t, h, _, _ = _check_input((data, sf), tuple(x_block_size), check_ptr=False)
-    return data.new_empty((t, h), dtype=OUT_FORMATS[fmt])
+    @_cast_back_op.register_fake
+    def _(data, sf, fmt, x_block_size):
+        checks.choice("fmt", fmt, tuple(OUT_FORMATS))
+        _, _, t, h, _, _ = _check_input((data, sf), tuple(x_block_size), check_ptr=False)
+        return data.new_empty((t, h), dtype=OUT_FORMATS[fmt])

@@ -6,28 +6,32 @@ from tilekiln.transpose import _transpose
 __all__ = ["transpose", "batched_transpose"]
 
 
-@torch.library.custom_op("tilekiln::batched_transpose", mutates_args=(), device_types="cuda")
-def _batched_transpose_op(x: torch.Tensor) -> torch.Tensor:
-    return _transpose.batched_transpose(x)
+def _register_ops():
+    """Define the family's torch.library ops (schemas and fake implementations) that torch.compile traces.
 
+    tilekiln._runtime.torch_ops.register runs this once, on the first lookup of one of the family's ops in
+    torch.ops.tilekiln, not at import: eager calls never go through the ops, and registering them made the
+    import that every process's first eager call pays 5 ms instead of 0.4 ms (CPU build machine).
+    """
+    @torch.library.custom_op("tilekiln::batched_transpose", mutates_args=(), device_types="cuda")
+    def _batched_transpose_op(x: torch.Tensor) -> torch.Tensor:
+        return _transpose.batched_transpose(x)
 
-@_batched_transpose_op.register_fake
-def _(x):
-    _transpose._check("x", x, 3)
-    b, m, n = x.shape
-    return x.new_empty((b, n, m))
+    @_batched_transpose_op.register_fake
+    def _(x):
+        _transpose._check("x", x, 3)
+        b, m, n = x.shape
+        return x.new_empty((b, n, m))
 
+    @torch.library.custom_op("tilekiln::transpose", mutates_args=(), device_types="cuda")
+    def _transpose_op(x: torch.Tensor) -> torch.Tensor:
+        return _transpose.transpose(x)
 
-@torch.library.custom_op("tilekiln::transpose", mutates_args=(), device_types="cuda")
-def _transpose_op(x: torch.Tensor) -> torch.Tensor:
-    return _transpose.transpose(x)
-
-
-@_transpose_op.register_fake
-def _(x):
-    _transpose._check("x", x, 2)
-    m, n = x.shape
-    return x.new_empty((n, m))
+    @_transpose_op.register_fake
+    def _(x):
+        _transpose._check("x", x, 2)
+        m, n = x.shape
+        return x.new_empty((n, m))
 
 
 def transpose(x):
