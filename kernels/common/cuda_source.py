@@ -44,6 +44,22 @@ __device__ __forceinline__ float tk_absmax8_bf16(const void* p) {
 """)
 
 
+# The same maxima kept packed: the bf16x2 bits of (max |x| over the even elements, over the odd ones), and the
+# packed maximum of two such words (for reducing two rows per register; __hmax2 skips NaN like fmaxf).
+BF16X2_MAX_SOURCE = guarded("bf16x2_max", """
+#include <cuda_bf16.h>
+__device__ __forceinline__ unsigned tk_absmax8_bf16x2(const void* p) {
+    const __nv_bfloat162* v = (const __nv_bfloat162*)p;
+    __nv_bfloat162 m = __hmax2(__hmax2(__habs2(v[0]), __habs2(v[1])), __hmax2(__habs2(v[2]), __habs2(v[3])));
+    return *(const unsigned*)&m;
+}
+__device__ __forceinline__ unsigned tk_hmax2_bf16(unsigned a, unsigned b) {
+    __nv_bfloat162 m = __hmax2(*(const __nv_bfloat162*)&a, *(const __nv_bfloat162*)&b);
+    return *(const unsigned*)&m;
+}
+""")
+
+
 def absmax8_bf16(T, first):
     """max |x| over the 8 bf16 registers starting at ``first`` (a 16-byte aligned local element); the kernel
     imports ABSMAX8_BF16_SOURCE."""

@@ -80,8 +80,8 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` does not change this kernel."""
     import tilelang.language as T
 
-    from kernels.common.cuda_source import (ABSMAX8_BF16_SOURCE, PRMT_SOURCE, U32_AT_SOURCE, absmax8_bf16,
-                                            bf16_values)
+    from kernels.common.cuda_source import (ABSMAX8_BF16_SOURCE, BF16X2_MAX_SOURCE, PRMT_SOURCE, U32_AT_SOURCE,
+                                            absmax8_bf16, bf16_values)
     from kernels.common.numerics import e2m1_pack, e2m1_value, pow2, round_sf_exponent
     from kernels.common.stochastic import fp32_bits, quad_random_bits, to_e4m3x4_stochastic
 
@@ -111,11 +111,31 @@ def build(p, arch):
     if roundtrip:  # dequantized values, in place over x
         out_storage = in_dtype
     sf_storage = SF_STORAGE[sf_kind]
+    # fp32 / e4m3 scales computed here are staged in shared memory and written per CTA (see the flush below).
+    staged = sf_kind in ("fp32", "e4m3") and not precomputed and not roundtrip
+    cta_blocks = WARPS_PER_CTA * seg // g  # scale blocks per row of one CTA
+    flush_iters = -(-rows * cta_blocks // (32 * WARPS_PER_CTA))
     packed_amax = in_dtype == "bfloat16" and not precomputed  # bf16x2 maxima (kernels/common/cuda_source.py)
     # CUDA helpers, in one import: TileLang refuses a second import_source with other text in one kernel.
-    helpers = (ABSMAX8_BF16_SOURCE if packed_amax else "") + (PRMT_SOURCE if fmt == "e2m1" else "") + \
+    paired = packed_amax and lanes_per_block >= rows and rows % 2 == 0  # two rows' amax per register
+    helpers = (ABSMAX8_BF16_SOURCE if packed_amax else "") + (BF16X2_MAX_SOURCE if paired else "") + \
+        (PRMT_SOURCE if fmt == "e2m1" else "") + \
         (U32_AT_SOURCE if in_dtype == "bfloat16" else "") or None
     x_numel, out_numel, sf_numel, x_sf_numel = T.dynamic("x_numel, out_numel, sf_numel, x_sf_numel")
+
+    @T.macro
+    def store_sf(sf, sf_tile, sf_idx, r, b, value):
+        """A computed scale: into the CTA's shared tile when staged (flushed at the end), else straight out."""
+        if staged:
+            sf_tile[r, b] = value
+        else:
+            sf[sf_idx] = value
+
+    def absmax8_bf16x2(T, first):
+        return T.call_extern("uint32", "tk_absmax8_bf16x2", T.address_of(first))
+
+    def hmax2(a, b):
+        return T.call_extern("uint32", "tk_hmax2_bf16", a, b)
 
     def value(xr, xw, r, i):
         """Input element (r, i) of this thread as fp32 (before any input scale)."""
@@ -214,6 +234,7 @@ def build(p, arch):
             xs = T.alloc_local((rows,), "float32")  # input scale of this thread's 8 elements
             vf = T.alloc_local((vec,), "float32")  # one row of decoded FP4 (keeps expressions small)
             amax = T.alloc_local((rows,), "float32")
+            pm = T.alloc_local((max(rows // 2, 1),), "uint32")  # bf16x2 amax of row pairs
             my_amax = T.alloc_local((1,), "float32")
             inv = T.alloc_local((1,), "float32")
             sf_inv = T.alloc_local((rows,), "float32")
@@ -221,6 +242,7 @@ def build(p, arch):
             deq = T.alloc_local((1,), "float32")  # roundtrip: the scale that decodes, as cast_back reads it
             sf_back = T.alloc_local((rows,), "float32")
             qword = T.alloc_local((1,), "uint32")
+            sf_tile = T.alloc_shared((rows, cta_blocks) if staged else (1, 1), sf_storage)  # the CTA's scales
 
             T.pdl_sync()
             if in_dtype != "e2m1":
@@ -257,7 +279,33 @@ def build(p, arch):
                         else:
                             xs[r] = T.Cast("float32", x_sf[rb * in_sf_stride_t + kin * in_sf_stride_k])
 
-            if not precomputed:
+            if paired:
+                # bf16 rows pair up: one register holds the bf16 amax of rows 2i and 2i+1, so every shuffle and
+                # maximum serves two rows, and the lanes split the rows as below, the last split between the
+                # two halves of the word. Exact: bf16 maxima are the fp32 maxima of the widened values.
+                for i in T.unroll(rows // 2):
+                    even, odd = absmax8_bf16x2(T, xr[2 * i, 0]), absmax8_bf16x2(T, xr[2 * i + 1, 0])
+                    pm[i] = hmax2(T.call_extern("uint32", "__byte_perm", even, odd, T.uint32(0x5410)),
+                                  T.call_extern("uint32", "__byte_perm", even, odd, T.uint32(0x7632)))
+                for d in reduce_distances:
+                    if d >= rows:
+                        for i in T.unroll(rows // 2):
+                            pm[i] = hmax2(pm[i], T.shfl_xor(pm[i], d))
+                    elif d >= 2:
+                        upper = T.bitwise_and(sub, d) != 0
+                        for j in T.unroll(d // 2):
+                            kept = T.if_then_else(upper, pm[j + d // 2], pm[j])
+                            sent = T.if_then_else(upper, pm[j], pm[j + d // 2])
+                            pm[j] = hmax2(kept, T.shfl_xor(sent, d))
+                    else:
+                        upper = T.bitwise_and(sub, 1) != 0
+                        kept = T.call_extern("uint32", "__byte_perm", pm[0], pm[0],
+                                             T.if_then_else(upper, T.uint32(0x3232), T.uint32(0x1010)))
+                        sent = T.call_extern("uint32", "__byte_perm", pm[0], pm[0],
+                                             T.if_then_else(upper, T.uint32(0x1010), T.uint32(0x3232)))
+                        pm[0] = hmax2(kept, T.shfl_xor(sent, 1))
+                amax[0] = T.max(T.reinterpret("float32", T.shift_left(pm[0], T.uint32(16))), clamp_min)
+            elif not precomputed:
                 for r in T.unroll(rows):
                     if packed_amax:
                         amax[r] = absmax8_bf16(T, xr[r, 0])
@@ -316,20 +364,21 @@ def build(p, arch):
                             if roundtrip:
                                 deq[0] = pow2(e)
                             if writer:
-                                sf[sf_idx] = pow2(e)
+                                store_sf(sf, sf_tile, sf_idx, my_r, kb - by * cta_blocks, pow2(e))
                         else:
                             inv[0] = T.float32(fmt_max) / my_amax[0]
                             if roundtrip:
                                 deq[0] = my_amax[0] / T.float32(fmt_max)
                             if writer:
-                                sf[sf_idx] = my_amax[0] / T.float32(fmt_max)
+                                store_sf(sf, sf_tile, sf_idx, my_r, kb - by * cta_blocks,
+                                         my_amax[0] / T.float32(fmt_max))
                     elif sf_kind == "e4m3":
                         sf_q = T.Cast("float8_e4m3fn", my_amax[0] / T.float32(fmt_max))
                         inv[0] = T.float32(1) / T.Cast("float32", sf_q)
                         if roundtrip:
                             deq[0] = T.Cast("float32", sf_q)
                         if writer:
-                            sf[sf_idx] = sf_q
+                            store_sf(sf, sf_tile, sf_idx, my_r, kb - by * cta_blocks, sf_q)
                     else:
                         e = round_sf_exponent(my_amax[0], fmt_max)
                         inv[0] = pow2(-e)
@@ -375,6 +424,23 @@ def build(p, arch):
                     for r in T.unroll(rows):
                         if bx * rows + r < num_tokens and col_ok:
                             quantize_row(r, bx * rows + r, first_row, col, xr, xw, vf, ql, sf_inv, out, out_stride_unit)
+            if staged:
+                # The CTA writes its rows x cta_blocks scales after its data, each row's scales contiguous in
+                # one store instruction. Written where they were computed, each warp stored a few bytes per
+                # row of row-major scales (e4m3 1x128: 8 bytes in each of 4 rows), and those cost ~1 point of
+                # copy bandwidth: 94.4-94.8 % against 95.3-95.8 % with column-major fp32 scales (A/B of
+                # benchmarks/bench_store_ab.py in benchmarks/results/2026-12-01-8e6ddb95c4/extra/ab).
+                # Row-major scales go row by row (consecutive threads, consecutive blocks), other layouts
+                # (TMA-aligned column-major) block by block (consecutive threads, consecutive rows).
+                T.sync_threads()
+                for i in T.unroll(flush_iters):
+                    idx = tx + i * (32 * WARPS_PER_CTA)
+                    r = T.if_then_else(sf_stride_k == 1, idx // cta_blocks, idx % rows)
+                    b = T.if_then_else(sf_stride_k == 1, idx % cta_blocks, idx // rows)
+                    if idx < rows * cta_blocks and bx * rows + r < num_tokens and \
+                            (by * cta_blocks + b) * g < hidden_div64 * 64:
+                        sf[T.Cast("int64", bx * rows + r) * sf_stride_t + (by * cta_blocks + b) * sf_stride_k] = \
+                            sf_tile[r, b]
             T.pdl_trigger()
 
     return per_token_cast
