@@ -43,12 +43,13 @@ def _per_token_cast_breakdown(x):
     from tilekiln.quant import _per_token
     t, h = x.shape
     dev = x.device
-    values = ("bfloat16", "none", "e4m3", 128, "fp32", False, _per_token.ROWS["bfloat16"], False, False)
+    rows = _per_token.rows_for("bfloat16", "e4m3")
+    values = ("bfloat16", "none", "e4m3", 128, "fp32", False, rows, False, False)
     go = store().kernel(_per_token.OP, _per_token.PARAM_NAMES, values, 0).launcher_for(0)
     q = torch.empty((t, h), dtype=torch.float8_e4m3fn, device=dev)
     sf = torch.empty((t, h // 128), dtype=torch.float32, device=dev)
     args = (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t, h // 64, h // 8, h // 8, h // 128, 1, 0, 1, 1e-4, 0, 0, 0,
-            1, 1, *_per_token._grid(t, h, 8, _per_token.ROWS["bfloat16"]))
+            1, 1, *_per_token._grid(t, h, 8, rows))
     n = 10000
 
     def key():

@@ -34,7 +34,7 @@ def main():
     args = p.parse_args()
     if args.rows:
         from tilekiln.quant import _per_token
-        _per_token.ROWS["bfloat16"] = args.rows
+        _per_token.ROWS.update({("bfloat16", "e4m3"): args.rows, ("bfloat16", "e2m1"): args.rows})
         _per_token._plans.clear()
     torch.manual_seed(0)
     x = torch.randn(T, H, device="cuda", dtype=torch.bfloat16)

@@ -23,7 +23,7 @@ def main():
     cases = [("e4m3", 128, {}), ("e4m3", 128, {"round_sf": True, "use_packed_ue8m0": True}),
              ("e2m1", 32, {}), ("e2m1", 32, {"round_sf": True, "use_packed_ue8m0": True})]
     for rows in (2, 4):
-        _per_token.ROWS["bfloat16"] = rows  # keyed by dtype name (a torch.dtype key was silently ignored)
+        _per_token.ROWS.update({("bfloat16", "e4m3"): rows, ("bfloat16", "e2m1"): rows})  # (dtype name, fmt)
         _per_token._plans.clear()
         for fmt, g, opts in cases:
             q, sf = tilekiln.quant.per_token_cast(x, fmt, g, **opts)

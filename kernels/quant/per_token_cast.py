@@ -111,8 +111,11 @@ def build(p, arch):
     if roundtrip:  # dequantized values, in place over x
         out_storage = in_dtype
     sf_storage = SF_STORAGE[sf_kind]
-    # fp32 / e4m3 scales computed here are staged in shared memory and written per CTA (see the flush below).
-    staged = sf_kind in ("fp32", "e4m3") and not precomputed and not roundtrip
+    # Computed fp32 scales of the FP8 cast are staged in shared memory and written per CTA (the flush below says
+    # why). Only there: the issue-bound FP4 casts ran slower with the extra barrier and flush (e2m1 1x32: 79.9
+    # instead of 78.9-79.2 us with fp32 scales, 78.9-79.8 instead of 76.0-76.6 us with e4m3 scales, A/B in
+    # benchmarks/results/2026-12-01-81164c141b/extra/ab), and the stochastic cast is issue-bound too.
+    staged = fmt == "e4m3" and sf_kind == "fp32" and not precomputed and not roundtrip and not stochastic
     cta_blocks = WARPS_PER_CTA * seg // g  # scale blocks per row of one CTA
     flush_iters = -(-rows * cta_blocks // (32 * WARPS_PER_CTA))
     packed_amax = in_dtype == "bfloat16" and not precomputed  # bf16x2 maxima (kernels/common/cuda_source.py)

@@ -14,8 +14,19 @@ from tilekiln._runtime import _raw_stream, checks, launch, store
 OP = "per_token_cast"
 PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic",
                "roundtrip")
-# Rows per thread, measured on the H200 (benchmarks/bench_tuning.py); the default manifest builds these.
-ROWS = {"bfloat16": 4, "float32": 4, "float8_e4m3fn": 4, "e2m1": 4}
+# Rows per thread (the default manifest builds these): 4, measured on the H200 (benchmarks/bench_tuning.py), and 8
+# for bf16 -> e4m3 with computed scales. Those 8 rows (80 registers) ran 1.3 points faster with column-major
+# scales but not with row-major ones, whose scattered stores limited both until the kernel staged them (A/B in
+# benchmarks/results/2026-12-01-8e6ddb95c4/extra/ab). Keyed by (input dtype name, fmt); tuning scripts override it.
+ROWS = {("bfloat16", "e4m3"): 8}
+DEFAULT_ROWS = 4
+
+
+def rows_for(in_dtype, fmt, precomputed=False, stochastic=False, roundtrip=False):
+    """Rows per thread of the built variant for these compile-time values."""
+    if precomputed or stochastic or roundtrip:
+        return DEFAULT_ROWS
+    return ROWS.get((in_dtype, fmt), DEFAULT_ROWS)
 _PLAIN_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _QUANT_DATA = {torch.float8_e4m3fn: "float8_e4m3fn", torch.int8: "e2m1"}
 _IN_SF_KIND = {torch.float32: "fp32", torch.float8_e4m3fn: "e4m3", torch.int32: "ue8m0"}
@@ -167,18 +178,20 @@ def _run(src, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, sto
     unit = src.vec if fmt == "e4m3" else src.vec // 2
     sf_t, sf_k = _sf_strides(sf, kind == "ue8m0")
     x_sf, in_kind, in_t, in_k, gm, gk = src.scales or (None, "none", 0, 0, 1, 1)
-    values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, ROWS[src.in_dtype], stochastic, False)
+    rows = rows_for(src.in_dtype, fmt, precomputed, stochastic)
+    values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, rows, stochastic, False)
     args = (src.data.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), src.t, src.h // 64,
             src.stride_vec, (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf),
             int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk,
-            *_grid(src.t, src.h, src.vec, ROWS[src.in_dtype]))
+            *_grid(src.t, src.h, src.vec, rows))
     launch(OP, PARAM_NAMES, values, src.data.device, args)
 
 
 def roundtrip_values(x, fmt, g, use_e4m3_sf):
     """Compile-time values of the one-pass per_token_cast_and_cast_back kernel for x."""
     name = _PLAIN_NAMES[x.dtype]
-    return (name, "none", fmt, g, _sf_kind(use_e4m3_sf, False), False, ROWS[name], False, True)
+    return (name, "none", fmt, g, _sf_kind(use_e4m3_sf, False), False, rows_for(name, fmt, roundtrip=True), False,
+            True)
 
 
 def run_roundtrip(x, fmt, g, round_sf, use_e4m3_sf):
@@ -189,7 +202,7 @@ def run_roundtrip(x, fmt, g, round_sf, use_e4m3_sf):
     ptr = x.data_ptr()
     args = (ptr, ptr, 0, t, h // 64, stride_vec, stride_vec, 0, 0, int(round_sf), 1,
             config.get_amax_clamp_for_quant(fmt, use_e4m3_sf), 0, 0, 0, 1, 1,
-            *_grid(t, h, vec, ROWS[_PLAIN_NAMES[x.dtype]]))
+            *_grid(t, h, vec, rows_for(_PLAIN_NAMES[x.dtype], fmt, roundtrip=True)))
     launch(OP, PARAM_NAMES, roundtrip_values(x, fmt, g, use_e4m3_sf), x.device, args)
 
 
@@ -210,7 +223,8 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     vec = 8 if x.dtype == torch.bfloat16 else 4
     kind = _sf_kind(e4m3sf, packed)
     h = x.shape[1]
-    values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, ROWS[_PLAIN_NAMES[x.dtype]], False, False)
+    rows = rows_for(_PLAIN_NAMES[x.dtype], fmt)
+    values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, rows, False, False)
     device, index = x.device, x.device.index
     go = store().kernel(OP, PARAM_NAMES, values, index).launcher_for(index)
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
@@ -221,7 +235,7 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     clamp_key, state = (fmt, e4m3sf), config._state
     row_major_sf = not col and not (packed and k_blocks % 4)
     row_major_strides = (4 * sf_cols, 4) if packed else (sf_cols, 1)  # == _sf_strides of a fresh [t, sf_cols]
-    rows, col_blocks = ROWS[_PLAIN_NAMES[x.dtype]], _grid(1, h, vec, 1)[1]
+    col_blocks = _grid(1, h, vec, 1)[1]
 
     def run(x):
         t = x.shape[0]
