@@ -21,7 +21,10 @@ so one cubin serves both; packed UE8M0 is addressed as bytes with a
 
 Thread mapping: a warp covers 32*VEC consecutive channels of R rows, VEC being
 one 16-byte load. The lanes of a scale block (g/VEC of them, aligned) reduce
-their amax with xor shuffles; no shared memory, no block barrier.
+their amax with xor shuffles, splitting the rows between them over the last
+distances (bf16 input: two rows per bf16x2 register). CTAs whose rows all exist
+load and store without per-row guards. Only the FP8 cast with computed fp32
+scales uses shared memory and one block barrier: it writes its scales per CTA.
 """
 from kernels.common.passes import THREAD_LEVEL
 
@@ -36,7 +39,7 @@ ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuni
 # __launch_bounds__ minimum CTAs per SM, by output format, for plain (bf16/fp32) input. FP4 casts are
 # issue-bound and 62 registers left them at 8 CTAs (50 % occupancy): 10 CTAs cap them at 48 registers without
 # spills and measured 79 % of copy instead of 76 % (benchmarks/results/tuning/2026-12-01-per-token-cast-ab.json).
-# e4m3 needs no cap (40 registers); pre-quantized inputs decode more per element and spill under the cap.
+# e4m3 needs no cap; pre-quantized inputs decode more per element and spill under the cap.
 MIN_BLOCKS_PER_SM = {"e2m1": 10}
 FMT_MAX = {"e4m3": 448.0, "e2m1": 6.0}
 SF_STORAGE = {"fp32": "float32", "e4m3": "float8_e4m3fn", "ue8m0": "uint8"}

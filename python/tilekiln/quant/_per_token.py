@@ -15,9 +15,10 @@ OP = "per_token_cast"
 PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic",
                "roundtrip")
 # Rows per thread (the default manifest builds these): 4, measured on the H200 (benchmarks/bench_tuning.py), and 8
-# for bf16 -> e4m3 with computed scales. Those 8 rows (80 registers) ran 1.3 points faster with column-major
-# scales but not with row-major ones, whose scattered stores limited both until the kernel staged them (A/B in
-# benchmarks/results/2026-12-01-8e6ddb95c4/extra/ab). Keyed by (input dtype name, fmt); tuning scripts override it.
+# for bf16 -> e4m3 with computed scales: 8 rows (70-82 registers) ran 0.8 us faster than 4 with TMA-aligned
+# column-major fp32 scales (87.2-87.3 vs 88.0-88.1 us) and 0.2 us slower with row-major ones (88.8-89.0 vs
+# 88.6-88.7 us; A/B in benchmarks/results/2026-12-01-a617b1c9a5/extra/ab). Keyed by (input dtype name, fmt);
+# tuning scripts override it.
 ROWS = {("bfloat16", "e4m3"): 8}
 DEFAULT_ROWS = 4
 
@@ -27,6 +28,8 @@ def rows_for(in_dtype, fmt, precomputed=False, stochastic=False, roundtrip=False
     if precomputed or stochastic or roundtrip:
         return DEFAULT_ROWS
     return ROWS.get((in_dtype, fmt), DEFAULT_ROWS)
+
+
 _PLAIN_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _QUANT_DATA = {torch.float8_e4m3fn: "float8_e4m3fn", torch.int8: "e2m1"}
 _IN_SF_KIND = {torch.float32: "fp32", torch.float8_e4m3fn: "e4m3", torch.int32: "ue8m0"}
