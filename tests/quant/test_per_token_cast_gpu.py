@@ -57,6 +57,27 @@ def test_strided_rows_and_poisoned_out(seed, fmt):
     _assert_bitwise(sf, rsf, "scales")
 
 
+@pytest.mark.parametrize("col", [False, True])
+def test_more_row_blocks_than_grid_y_allows(seed, col):
+    """The FP8 cast with fp32 scales puts its row blocks in grid y (at most 65535): a longer input runs in chunks.
+    Plan path and general path (out=), both layouts of the scales; the last chunk is partial."""
+    from tilekiln.quant import _per_token
+    rows = _per_token.rows_for("bfloat16", "e4m3")
+    t = _per_token.MAX_GRID_Y * rows + 3 * rows + 5
+    x = _input(t, 64, torch.bfloat16)
+    rq, rsf = ref_cast(x, "e4m3", (1, 32), use_tma_aligned_col_major_sf=col)
+    for _ in range(2):  # the first call validates, the second takes the launch plan's fallback
+        q, sf = tilekiln.quant.per_token_cast(x, "e4m3", 32, use_tma_aligned_col_major_sf=col)
+        _assert_bitwise(q, rq, "data")
+        _assert_bitwise(sf, rsf, "scales")
+    if not col:
+        q = torch.full((t, 64), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+        sf = torch.full((t, 2), float("nan"), device="cuda")
+        tilekiln.quant.per_token_cast(x, "e4m3", 32, out=(q, sf))
+        _assert_bitwise(q, rq, "data")
+        _assert_bitwise(sf, rsf, "scales")
+
+
 @pytest.mark.parametrize("opt", ["fp32", "ue8m0-col", "e4m3sf"])
 def test_sf_only_matches(seed, opt):
     round_sf, packed, e4m3sf, col = SCALE_OPTIONS[opt]

@@ -183,11 +183,35 @@ def _run(src, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, sto
     x_sf, in_kind, in_t, in_k, gm, gk = src.scales or (None, "none", 0, 0, 1, 1)
     rows = rows_for(src.in_dtype, fmt, precomputed, stochastic)
     values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, rows, stochastic, False)
-    args = (src.data.data_ptr(), q.data_ptr() if q is not None else 0, sf.data_ptr(), src.t, src.h // 64,
-            src.stride_vec, (q.stride(0) // unit) if q is not None else 0, sf_t, sf_k, int(round_sf),
-            int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk,
-            *_grid(src.t, src.h, src.vec, rows))
-    launch(OP, PARAM_NAMES, values, src.data.device, args)
+    q_stride = (q.stride(0) // unit) if q is not None else 0
+    for t0, t in _token_chunks(src.t, rows, _rows_in_grid_y(values, src.data.device)):
+        # a later chunk starts t0 rows further into x, q and sf (plain input only: see _token_chunks)
+        args = (src.data.data_ptr() + t0 * src.data.stride(0) * src.data.element_size(),
+                q.data_ptr() + t0 * q.stride(0) * q.element_size() if q is not None else 0,
+                sf.data_ptr() + t0 * sf.stride(0) * sf.element_size(), t, src.h // 64,
+                src.stride_vec, q_stride, sf_t, sf_k, int(round_sf),
+                int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk,
+                *_grid(t, src.h, src.vec, rows))
+        launch(OP, PARAM_NAMES, values, src.data.device, args)
+
+
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
+
+
+def _rows_in_grid_y(values, device):
+    """Whether this variant's grid puts the row blocks in y (kernels/quant/per_token_cast.py: the staged FP8 cast),
+    read from its launch spec."""
+    spec = store().kernel(OP, PARAM_NAMES, values, device.index).spec
+    return spec["kernels"][0]["grid"][1] == "num_row_blocks"
+
+
+def _token_chunks(t, rows, rows_in_y):
+    """(first token, token count) of each launch: one, unless the row blocks sit in grid y and exceed its limit.
+    Only plain-input variants put rows in y, so a chunk only offsets the x, q and sf pointers."""
+    if not rows_in_y or _ceil_div(t, rows) <= MAX_GRID_Y:
+        return ((0, t),)
+    step = MAX_GRID_Y * rows
+    return tuple((t0, min(step, t - t0)) for t0 in range(0, t, step))
 
 
 def roundtrip_values(x, fmt, g, use_e4m3_sf):
@@ -239,12 +263,13 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     row_major_sf = not col and not (packed and k_blocks % 4)
     row_major_strides = (4 * sf_cols, 4) if packed else (sf_cols, 1)  # == _sf_strides of a fresh [t, sf_cols]
     col_blocks = _grid(1, h, vec, 1)[1]
+    max_tokens = MAX_GRID_Y * rows if _rows_in_grid_y(values, device) else 1 << 62
 
     def run(x):
         t = x.shape[0]
         ptr = x.data_ptr()
-        if ptr & 15 or t == 0:
-            return None  # the general path reports misalignment and handles empty inputs
+        if ptr & 15 or t == 0 or t > max_tokens:
+            return None  # the general path reports misalignment, handles empty inputs and launches in chunks
         # Sizes as separate ints, not a tuple: torch parses them faster. Both allocations took 4.0-4.6 us instead
         # of 6.3-6.6 us on the H200 (bench_launch_paths.py, benchmarks/results/2026-12-01-a4a7b4edd2).
         q = torch.empty(t, q_width, dtype=q_dtype, device=device)
