@@ -99,11 +99,13 @@ def e2m1_pack(ys):
 
     Magnitudes: one multiply-add per pair, c_odd * 16 + c_even, puts both 3-bit codes of
     e2m1_code_bits in the pair's low byte (the FP32 exponent bits wrap out or stay above it),
-    and __byte_perm gathers the pairs' low bytes. The multiply-add is an IMAD on the FMA pipe;
-    byte shuffles and logic ops share the half-rate ALU pipe, of which the issue-bound FP4 casts
-    are short. Signs: prmt's sign-replicate selectors turn each value's top byte into a 0xFF/0x00
-    byte, even elements in one word and odd in another, in output byte order, and two LOP3 mask
-    them into bits 3 and 7. The signs are the scaled values' own: a NaN value is the positive
+    and __byte_perm gathers the pairs' low bytes: per 8 values 4 IMAD + 3 PRMT, where gathering
+    the codes took 6 PRMT + 2 shift/LOP3 (SASS of per_token_cast e2m1; the FP4 casts are
+    issue-bound, and the whole change 9f8eb0c took bf16->e2m1 from 79 % to 91 % of copy, A/B in
+    benchmarks/results/2026-12-01-9f8eb0cb66/extra/ab; the pipes were not profiled).
+    Signs: prmt's sign-replicate selectors turn each value's top byte into a 0xFF/0x00 byte, even
+    elements in one word and odd in another, in output byte order, and two LOP3 mask them into
+    bits 3 and 7. The signs are the scaled values' own: a NaN value is the positive
     canonical NaN of the GPU's arithmetic (code 7, like the reference), whatever the input's sign.
     """
     n = len(ys)

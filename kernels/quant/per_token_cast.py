@@ -220,9 +220,9 @@ def build(p, arch):
     ):
         # Grid order: CTAs launched one after another cover the column blocks of the same rows for the staged FP8
         # cast (row blocks in y, so at most 65535 of them: python/tilekiln/quant/_per_token.py launches longer
-        # inputs in chunks). Each scale row is then complete within a few consecutive CTAs: 83.4-83.9 us, 99.7-
-        # 100.1 % of copy, against 88.8-89.2 us with row blocks fastest (e4m3 1x128, fp32 scales, row-major or
-        # column-major alike; A/B in benchmarks/results/2026-12-01-a617b1c9a5/extra/ab-swapgrid).
+        # inputs in chunks). 83.4-83.9 us, 99.7-100.1 % of copy, against 88.8-89.2 us with row blocks fastest
+        # (e4m3 1x128, fp32 scales, row-major or column-major alike; A/B in
+        # benchmarks/results/2026-12-01-a617b1c9a5/extra/ab-swapgrid). Why this order is faster was not profiled.
         with T.Kernel(num_col_blocks if rows_in_y else num_row_blocks, num_row_blocks if rows_in_y else num_col_blocks,
                       threads=32 * WARPS_PER_CTA) as (b0, b1):
             bx = b1 if rows_in_y else b0
