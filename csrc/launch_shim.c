@@ -6,6 +6,7 @@
  * makes the launch thread-safe without per-thread buffers and saves ctypes work.
  * Measured on the H200 against the ctypes path: see benchmarks/results. */
 #include <stdint.h>
+#include <string.h>
 
 #define TK_MAX_ARGS 64
 
@@ -58,4 +59,30 @@ int tk_launch(const tk_kernel *k, unsigned gx, unsigned gy, unsigned gz, void *s
 int tk_launch_packed(const tk_kernel *k, const char *packed) {
   const tk_head *h = (const tk_head *)packed;
   return tk_launch(k, h->grid[0], h->grid[1], h->grid[2], h->stream, h->pdl, packed + TK_HEAD_BYTES);
+}
+
+/* A launch plan's template: the argument blob with every fixed argument in place, and where each per-call value
+ * goes. A plan (a repeated call with the same sizes and options, e.g. per_token_cast's) then packs only its
+ * per-call values (data pointers, token count, grid) behind the head, and this copies the template and patches
+ * them in, instead of Python packing every argument each call. */
+#define TK_MAX_BLOB 1024
+
+typedef struct {
+  unsigned size;                /* bytes of blob used */
+  unsigned num_values;          /* per-call values */
+  uint16_t dst[TK_MAX_ARGS];    /* byte offset of each value in the argument blob */
+  uint16_t src[TK_MAX_ARGS];    /* byte offset of each value in the packed call, after the head */
+  uint8_t bytes[TK_MAX_ARGS];   /* its size: 4 or 8 */
+  char blob[TK_MAX_BLOB];       /* copied into an aligned buffer per call */
+} tk_template;
+
+int tk_template_size(void) { return (int)sizeof(tk_template); }
+
+int tk_launch_template(const tk_kernel *k, const tk_template *t, const char *packed) {
+  const tk_head *h = (const tk_head *)packed;
+  const char *values = packed + TK_HEAD_BYTES;
+  char args[TK_MAX_BLOB] __attribute__((aligned(16)));
+  memcpy(args, t->blob, t->size);
+  for (unsigned i = 0; i < t->num_values; ++i) memcpy(args + t->dst[i], values + t->src[i], t->bytes[i]);
+  return tk_launch(k, h->grid[0], h->grid[1], h->grid[2], h->stream, h->pdl, args);
 }

@@ -35,6 +35,15 @@ def test_ties_go_to_the_smaller_index(seed, experts):
     assert torch.equal(idx, stable_topk(scores, 8))
 
 
+def test_launch_plan_is_keyed_on_dtype(seed):
+    """A plan made for fp32 scores must not take bf16 scores of the same shape: they get the dtype error."""
+    scores = torch.randn(64, 256, device="cuda")
+    for _ in range(2):
+        assert torch.equal(tilekiln.moe.topk_gate(scores, 8), stable_topk(scores, 8))
+    with pytest.raises(TypeError, match="scores"):
+        tilekiln.moe.topk_gate(scores.to(torch.bfloat16), 8)
+
+
 def test_topk_equals_expert_count(seed):
     scores = torch.randn(100, 24, device="cuda")
     assert torch.equal(tilekiln.moe.topk_gate(scores, 24), stable_topk(scores, 24))

@@ -44,6 +44,37 @@ def test_per_token_cast_matches_reference(seed, dtype, fmt, g, opt, shape):
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+@pytest.mark.parametrize("opt", list(SCALE_OPTIONS))
+def test_one_launch_plan_serves_other_token_counts(seed, fmt, opt):
+    """The plan (keyed on hidden size, strides, options) packs only its per-call values: pointers, the token
+    count, the row blocks and, for column-major or padded packed scales, their T-dependent strides."""
+    round_sf, packed, e4m3sf, col = SCALE_OPTIONS[opt]
+    for t in (130, 1, 4099, 17, 130):
+        x = _input(t, 2048, torch.bfloat16)
+        q, sf = tilekiln.quant.per_token_cast(x, fmt, 32, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+                                              use_packed_ue8m0=packed, use_e4m3_sf=e4m3sf)
+        rq, rsf = ref_cast(x, fmt, (1, 32), round_sf=round_sf, use_tma_aligned_col_major_sf=col,
+                           use_packed_ue8m0=packed, use_e4m3_sf=e4m3sf)
+        _assert_bitwise(q, rq, f"data, T={t}")
+        assert sf.stride() == rsf.stride(), f"T={t}: sf strides {sf.stride()} != reference {rsf.stride()}"
+        _assert_bitwise(sf, rsf, f"scales, T={t}")
+
+
+def test_launch_plan_reads_the_amax_clamp_at_each_call(seed):
+    x = _input(64, 512, torch.bfloat16)
+    x[3] = 0  # an all-zero row takes the clamp as its amax
+    try:
+        for clamp in (1e-4, 0.5, 1e-4):
+            tilekiln.set_amax_clamp_for_quant("e4m3", False, clamp)
+            q, sf = tilekiln.quant.per_token_cast(x, "e4m3", 128)
+            rq, rsf = ref_cast(x, "e4m3", (1, 128), clamp_min_value=clamp)
+            _assert_bitwise(sf, rsf, f"scales, clamp {clamp}")
+            _assert_bitwise(q, rq, f"data, clamp {clamp}")
+    finally:
+        tilekiln.config.reset_runtime_config()
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
 def test_strided_rows_and_poisoned_out(seed, fmt):
     x = _input(300, 7168, torch.bfloat16, stride=7168 + 64)
     assert not x.is_contiguous()

@@ -82,3 +82,53 @@ def test_picker_selects_device_order():
     assert launcher._picker([2, 0])(("a", "b", "c")) == ("c", "a")
     assert launcher._picker([1])(("a", "b")) == ("b",)
     assert launcher._picker([])(("a",)) == ()
+
+
+def test_template_launch_patches_per_call_values_into_the_fixed_arguments(shim_lib, monkeypatch):
+    """A launch plan's call (launcher.DeviceKernel.bound): the template holds the fixed arguments, the call packs
+    only the varying ones (here a pointer and a float, in an order unlike the device's) and the grid."""
+    assert shim_lib.tk_template_size() == ctypes.sizeof(launcher._ShimTemplate)
+    packed, template = shim_lib.tk_launch_packed, shim_lib.tk_launch_template
+    packed.restype = template.restype = ctypes.c_int
+    monkeypatch.setattr(launcher, "_shim_launch", packed)
+    monkeypatch.setattr(launcher, "_shim_launch_template", template)
+    monkeypatch.setattr(launcher.drv, "get_driver", lambda: _FakeDriver(shim_lib))
+    kspec = {"symbol": "k", "block": [64, 1, 1], "dyn_smem_bytes": 0, "pdl": False,
+             "grid": ["(n + rows - 1) // rows", "cols", 1],
+             "args": [{"kind": "scalar", "param": 2, "ctype": "int32"}, {"kind": "ptr", "param": 0},
+                      {"kind": "scalar", "param": 3, "ctype": "float32"}, {"kind": "ptr", "param": 1}]}
+    k = launcher.DeviceKernel(kspec, 0xBEEF, ["x", "out", "n", "eps", "rows", "cols"])
+    fixed = (0, 0x7F0000002000, 1000, 0.0, 8, 5)  # out, n, rows and cols fixed; x and eps vary per call
+    errors = []
+    go = k.bound(fixed, (3, 0), lambda *a: errors.append(a))
+    assert go is not None
+    for x_ptr, eps, stream in ((0x7F0000001000, 0.25, 0x1234), (0x7F0000009000, -3.5, 0x5678)):
+        go(stream, (eps, x_ptr), False)
+        cfg = ctypes.cast(shim_lib.seen_config, ctypes.POINTER(ctypes.c_uint * 7)).contents
+        assert list(cfg) == [125, 5, 1, 64, 1, 1, 0]  # grid from the fixed n, rows and cols
+        raw = (ctypes.c_uint64 * 8).in_dll(shim_lib, "seen_args")
+        assert raw[0] & 0xFFFFFFFF == 1000
+        assert raw[1] == x_ptr
+        assert struct.unpack("<f", struct.pack("<I", raw[2] & 0xFFFFFFFF))[0] == eps
+        assert raw[3] == 0x7F0000002000
+        whole = (ctypes.c_ubyte * 56).in_dll(shim_lib, "seen_config")
+        assert struct.unpack_from("<QQI", bytes(whole), 32) == (stream, k._shim_attrs[False][1], 0)
+    assert not errors
+
+
+def test_template_grid_can_depend_on_a_per_call_value(shim_lib, monkeypatch):
+    template = shim_lib.tk_launch_template
+    template.restype = ctypes.c_int
+    monkeypatch.setattr(launcher, "_shim_launch", shim_lib.tk_launch_packed)
+    monkeypatch.setattr(launcher, "_shim_launch_template", template)
+    monkeypatch.setattr(launcher.drv, "get_driver", lambda: _FakeDriver(shim_lib))
+    kspec = {"symbol": "k", "block": [128, 1, 1], "dyn_smem_bytes": 0, "pdl": False, "grid": ["blocks", "cols", 1],
+             "args": [{"kind": "ptr", "param": 0}, {"kind": "scalar", "param": 1, "ctype": "int32"},
+                      {"kind": "ptr", "param": 4}, {"kind": "scalar", "param": 5, "ctype": "int64"}]}
+    k = launcher.DeviceKernel(kspec, 0xBEEF, ["x", "n", "blocks", "cols", "y", "big"])
+    go = k.bound((0, 0, 0, 3, 0x2000, 1 << 40), (0, 1, 2), None)  # blocks is read by the grid only
+    go(0, (0x1000, 77, 9), False)
+    cfg = ctypes.cast(shim_lib.seen_config, ctypes.POINTER(ctypes.c_uint * 7)).contents
+    assert list(cfg)[:3] == [9, 3, 1]
+    raw = (ctypes.c_uint64 * 8).in_dll(shim_lib, "seen_args")
+    assert (raw[0], raw[1] & 0xFFFFFFFF, raw[2], raw[3]) == (0x1000, 77, 0x2000, 1 << 40)

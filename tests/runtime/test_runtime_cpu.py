@@ -39,6 +39,14 @@ def test_expression_compiler_evaluates_and_rejects_code():
             expr.compile_tuple([bad], ["x", "num_tokens"])
 
 
+def test_expression_compiler_folds_integer_constants_only():
+    f = expr.compile_tuple(["(num_tokens + rows - 1) // rows", "cols"], ["num_tokens"], {"rows": 8, "cols": 7})
+    assert f((17,)) == (3, 7)
+    for bad_constant in (0.5, True, None):  # only ints fold: an expression naming another value is rejected
+        with pytest.raises(ValueError):
+            expr.compile_tuple(["num_tokens // rows"], ["num_tokens"], {"rows": bad_constant})
+
+
 def test_argument_layout_follows_abi_alignment():
     lay = launcher._ArgLayout([{"kind": "ptr", "param": 0}, {"kind": "scalar", "param": 1, "ctype": "int32"},
                                {"kind": "tensormap", "desc": "d"}, {"kind": "scalar", "param": 2, "ctype": "int64"},
@@ -166,3 +174,17 @@ def test_families_load_on_first_use():
     env = {"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["[]", "False", "False"], out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float32, torch.int64, torch.int8])
+@pytest.mark.parametrize("width", [1, 2, 56, 7168])
+def test_row_output_templates_give_fresh_contiguous_tensors(dtype, width):
+    """The launch plans allocate with torch.empty_like of a stride-0 template: the result must look exactly like
+    torch.empty(t, width), including the one-element corner where a stride-0 template would count as dense."""
+    from tilekiln._runtime.outputs import RowOutputs
+    outputs = RowOutputs(width, dtype, torch.device("cpu"))
+    for t in (1, 2, 3, 128, 1, 4099):
+        a, ref = torch.empty_like(outputs[t]), torch.empty(t, width, dtype=dtype)
+        assert (a.shape, a.stride(), a.dtype) == (ref.shape, ref.stride(), dtype)
+        assert a.untyped_storage().nbytes() == ref.untyped_storage().nbytes()
+        assert a.data_ptr() != outputs[t].data_ptr()

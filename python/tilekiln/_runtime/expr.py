@@ -32,30 +32,38 @@ def _check(node, names):
     raise ValueError(f"launch expression not allowed: {ast.dump(node)}")
 
 
-def compile_tuple(exprs, param_names):
+def compile_tuple(exprs, param_names, constants=None):
     """A function args -> tuple of ints, evaluating each expression on positional args.
 
-    ``param_names[i]`` is the name that expressions use for ``args[i]``.
+    ``param_names[i]`` is the name that expressions use for ``args[i]``; names in ``constants`` (name -> int)
+    are folded in as those values (a launch plan's fixed arguments).
     """
+    # only integers fold; an expression naming any other constant fails the whitelist check
+    constants = {n: v for n, v in (constants or {}).items()
+                 if n not in param_names and isinstance(v, int) and not isinstance(v, bool)}
     index = {n: i for i, n in enumerate(param_names)}
+    allowed = set(index) | set(constants)
     parts = []
     for e in exprs:
         if isinstance(e, int):
             parts.append(str(e))
             continue
         tree = ast.parse(str(e), mode="eval")
-        _check(tree, index)
-        # Substitute names with positional lookups, then build one lambda.
-        src = ast.unparse(_Subst(index).visit(tree).body)
+        _check(tree, allowed)
+        # Substitute names with positional lookups or constants, then build one lambda.
+        src = ast.unparse(_Subst(index, constants).visit(tree).body)
         parts.append(f"({src})")
     return eval(f"lambda a: ({', '.join(parts)},)", {"min": min, "max": max})  # noqa: S307 - whitelisted above
 
 
 class _Subst(ast.NodeTransformer):
-    def __init__(self, index):
+    def __init__(self, index, constants):
         self.index = index
+        self.constants = constants
 
     def visit_Name(self, node):
+        if node.id in self.constants:
+            return ast.Constant(self.constants[node.id])
         if node.id in self.index:
             return ast.Subscript(value=ast.Name("a", ast.Load()), slice=ast.Constant(self.index[node.id]),
                                  ctx=ast.Load())

@@ -9,6 +9,11 @@ and arguments with one ``struct`` call, one ctypes call. Two launch paths, chose
 * pure ctypes (fallback, or TILEKILN_LAUNCHER=ctypes): per-thread parameter and
   config buffers filled with ``struct.pack_into``, then ``cuLaunchKernelEx``.
 
+Launch plans (an op's repeated call with the same sizes and options) go further through
+``CompiledKernel.bound_launcher``: the arguments that do not change are packed once into a
+template, and a call packs only its own values (pointers, token count, grid), which the shim
+patches into a copy of the template.
+
 Everything else (module load, function lookup, max-dynamic-smem attribute,
 attribute arrays, struct layouts) happens once per (kernel, device).
 """
@@ -44,24 +49,39 @@ class _ShimKernel(ctypes.Structure):
                 ("num_args", ctypes.c_int), ("offsets", ctypes.c_uint16 * 64)]
 
 
+_TEMPLATE_VALUES, _TEMPLATE_BLOB = 64, 1024
+
+
+class _ShimTemplate(ctypes.Structure):
+    """Mirror of csrc/launch_shim.c:tk_template."""
+    _fields_ = [("size", ctypes.c_uint), ("num_values", ctypes.c_uint), ("dst", ctypes.c_uint16 * _TEMPLATE_VALUES),
+                ("src", ctypes.c_uint16 * _TEMPLATE_VALUES), ("bytes", ctypes.c_uint8 * _TEMPLATE_VALUES),
+                ("blob", ctypes.c_ubyte * _TEMPLATE_BLOB)]
+
+
 def _load_shim():
+    """(tk_launch_packed, tk_launch_template) of the native shim; None for each that is missing or mismatched."""
     path = Path(__file__).with_name("libtilekiln_launch.so")
     if os.environ.get("TILEKILN_LAUNCHER", "auto") == "ctypes" or not path.exists():
-        return None
+        return None, None
     try:
         lib = ctypes.CDLL(str(path))
         fn = lib.tk_launch_packed
     except (OSError, AttributeError):  # a shim of another platform or an older build: ctypes serves every launch
-        return None
+        return None, None
     if lib.tk_kernel_size() != ctypes.sizeof(_ShimKernel) or lib.tk_head_bytes() != _SHIM_HEAD.size:
-        return None  # a mismatched build: fall back rather than corrupt launches
+        return None, None  # a mismatched build: fall back rather than corrupt launches
     fn.restype = ctypes.c_int  # argtypes stay unset: a c_void_p and a bytes object pass without conversion
-    return fn
+    template = getattr(lib, "tk_launch_template", None)
+    if template is None or lib.tk_template_size() != ctypes.sizeof(_ShimTemplate):
+        return fn, None
+    template.restype = ctypes.c_int
+    return fn, template
 
 
 # csrc/launch_shim.c:tk_head, packed in front of the kernel arguments: grid x/y/z, pdl, stream.
 _SHIM_HEAD = struct.Struct("<3IiQ")
-_shim_launch = _load_shim()
+_shim_launch, _shim_launch_template = _load_shim()
 LAUNCH_PATH = "shim" if _shim_launch else "ctypes"
 
 
@@ -76,6 +96,7 @@ class _ArgLayout:
 
     def __init__(self, args):
         fmt, offset, self.offsets, self.sources, self.tensormap_slots = ["<"], 0, [], [], []
+        self.slots = {}  # PrimFunc index of a scalar or pointer argument -> (byte offset, struct code, size, align)
         for a in args:
             if a["kind"] == "tensormap":
                 code, size, align = None, _TENSORMAP_BYTES, _TENSORMAP_ALIGN
@@ -91,6 +112,7 @@ class _ArgLayout:
             else:
                 fmt.append(code)
                 self.sources.append(a["param"])
+                self.slots[a["param"]] = (offset, code, size, align)
             offset += size
         self.size = max(offset, 8)
         self.struct = struct.Struct("".join(fmt))
@@ -128,6 +150,7 @@ class DeviceKernel:
         self.function = function
         self.layout = _ArgLayout(kspec["args"])
         self.grid = compile_tuple(kspec["grid"], param_names)
+        self.grid_exprs, self.param_names = kspec["grid"], param_names
         self.block = tuple(kspec["block"])
         self.smem = kspec["dyn_smem_bytes"]
         base = []
@@ -166,6 +189,62 @@ class DeviceKernel:
         self.pick = _picker(self.layout.sources)
         return d
 
+    def bound(self, fixed, varying, on_error):
+        """``go(stream, values, pdl)`` for a launch plan: every argument is ``fixed[i]`` (PrimFunc order) except
+        those at the indices ``varying``, which take ``values`` (a tuple in that order) per call. The shim copies a
+        template packed once here and patches the values in, so a call packs only the head and its values.
+        None where this kernel cannot use the template (no shim, TMA descriptors, too many arguments).
+        ``on_error(grid, stream, args, pdl, rc)`` handles a failed launch, with the full arguments."""
+        if _shim_launch_template is None or getattr(self, "_shim", None) is None:
+            return None
+        lay = self.layout
+        used = [k for k, i in enumerate(varying) if i in lay.slots]  # values the kernel reads (not only the grid)
+        if len(used) > _TEMPLATE_VALUES or lay.size > _TEMPLATE_BLOB:
+            return None
+        tpl = _ShimTemplate()
+        template_args = list(fixed)
+        for i in varying:
+            template_args[i] = 0  # patched per call
+        blob = lay.struct.pack(*[template_args[i] for i in lay.sources])
+        tpl.size = len(blob)
+        ctypes.memmove(ctypes.addressof(tpl) + _ShimTemplate.blob.offset, blob, len(blob))
+        # the values' struct: natural alignment after the (8-byte aligned) head, in the order of `used`
+        fmt, offset = [], 0
+        for n, k in enumerate(used):
+            dst, code, size, align = lay.slots[varying[k]]
+            pad = (-offset) % align
+            fmt.append("x" * pad + code)
+            offset += pad
+            tpl.dst[n], tpl.src[n], tpl.bytes[n] = dst, offset, size
+            offset += size
+        tpl.num_values = len(used)
+        pack = struct.Struct(_SHIM_HEAD.format + "".join(fmt)).pack
+        pick = _picker(used) if len(used) < len(varying) else None
+        grid_of = compile_tuple(self.grid_exprs, [self.param_names[i] for i in varying],
+                                {self.param_names[i]: v for i, v in enumerate(fixed) if i not in set(varying)})
+        launch, kptr, tptr = _shim_launch_template, self._shim_ptr, ctypes.c_void_p(ctypes.addressof(tpl))
+
+        def failed(grid, stream, values, pdl, rc):
+            on_error(grid, stream, merge_args(fixed, varying, values), pdl, rc)
+
+        if pick is None:
+            def go(stream, values, pdl):
+                grid = grid_of(values)
+                if grid[0] > 0 and grid[1] > 0 and grid[2] > 0:
+                    rc = launch(kptr, tptr, pack(*grid, pdl, stream, *values))
+                    if rc:
+                        failed(grid, stream, values, pdl, rc)
+        else:
+            def go(stream, values, pdl):
+                grid = grid_of(values)
+                if grid[0] > 0 and grid[1] > 0 and grid[2] > 0:
+                    rc = launch(kptr, tptr, pack(*grid, pdl, stream, *pick(values)))
+                    if rc:
+                        failed(grid, stream, values, pdl, rc)
+
+        go.template = tpl  # the shim reads it at every call: it lives as long as the launcher
+        return go
+
     def _launch_shim(self, grid, stream, args, pdl):
         return _shim_launch(self._shim_ptr, self.packed.pack(*grid, pdl, stream, *self.pick(args)))
 
@@ -186,6 +265,14 @@ class DeviceKernel:
         except AttributeError:
             self.tls.s = _ThreadState(self.layout, self.attr_sets)
             return self.tls.s
+
+
+def merge_args(fixed, varying, values):
+    """The full PrimFunc-ordered arguments of a plan call: ``fixed`` with ``values`` at the indices ``varying``."""
+    out = list(fixed)
+    for i, v in zip(varying, values):
+        out[i] = v
+    return tuple(out)
 
 
 def _picker(sources):
@@ -351,6 +438,21 @@ class CompiledKernel:
                     retry(ctx, k, grid, stream, args, pdl, rc)
 
         return go
+
+    def bound_launcher(self, device_index, fixed, varying):
+        """``go(stream, values, pdl)`` for a launch plan on one device: the arguments are ``fixed`` (PrimFunc order)
+        except those at the indices ``varying``, which take ``values`` per call (DeviceKernel.bound). Only the
+        per-call values are packed: a plan's call packs 5-8 values instead of every argument."""
+        ctx, kernels = self.load(device_index)
+        fixed, varying = tuple(fixed), tuple(varying)
+        if len(kernels) == 1:
+            k = kernels[0]
+            retry = self._retry_in_context
+            go = k.bound(fixed, varying, lambda grid, stream, args, pdl, rc: retry(ctx, k, grid, stream, args, pdl, rc))
+            if go is not None:
+                return go
+        launch = self.launcher_for(device_index)
+        return lambda stream, values, pdl: launch(stream, merge_args(fixed, varying, values), pdl)
 
     @staticmethod
     def _retry_in_context(ctx, k, grid, stream, args, pdl, rc):

@@ -12,6 +12,7 @@ import torch
 
 from tilekiln import config
 from tilekiln._runtime import _raw_stream, checks, error_flags, launch, store
+from tilekiln._runtime.outputs import RowOutputs
 
 OP = "topk_gate"
 PARAM_NAMES = ("experts_per_lane", "vector_loads")
@@ -72,20 +73,21 @@ def _make_plan(scores, num_topk):
     e = scores.shape[1]
     device, index = scores.device, scores.device.index
     epl = -(-e // 32)
-    # launchers[aligned]: the float4 variant where the row layout and alignment allow it
-    launchers = {aligned: store().kernel(OP, PARAM_NAMES, (epl, _vector_loads(e, aligned, index)), index)
-                 .launcher_for(index) for aligned in (False, True)}
     words = _flag(index)
-    flag_ptr, state = words[0].data_ptr(), config._state
+    state = config._state
+    # per call only (scores, indices, num_tokens) are packed (launcher.bound_launcher); launchers[aligned]: the
+    # float4 variant where the row layout and alignment allow it
+    fixed = (0, 0, words[0].data_ptr(), 0, e, e >> 2, num_topk)
+    launchers = {aligned: store().kernel(OP, PARAM_NAMES, (epl, _vector_loads(e, aligned, index)), index)
+                 .bound_launcher(index, fixed, (0, 1, 3)) for aligned in (False, True)}
+    pending, idx_out, empty_like = words[1], RowOutputs(num_topk, torch.int64, device), torch.empty_like
 
-    def run(scores):
-        t = scores.shape[0]
-        if words[1][0] or t == 0:
+    def run(scores, t):
+        if pending[0] or t == 0:
             return None  # pending error or empty input: the general path handles it
         ptr = scores.data_ptr()
-        idx = torch.empty(t, num_topk, dtype=torch.int64, device=device)  # sizes as ints: see _per_token
-        launchers[ptr & 15 == 0](_raw_stream(index), (ptr, idx.data_ptr(), flag_ptr, t, e, e >> 2, num_topk),
-                                 state["pdl"])
+        idx = empty_like(idx_out[t])
+        launchers[ptr & 15 == 0](_raw_stream(index), (ptr, idx.data_ptr(), t), state["pdl"])
         return idx
 
     return run
@@ -94,10 +96,11 @@ def _make_plan(scores, num_topk):
 def topk_gate(scores, num_topk):
     """Indices [T, K] int64 of the K largest scores per row; ties go to the smaller expert index."""
     if type(scores) is torch.Tensor and not _sync_checks[0]:
-        key = (scores.shape[1:], scores.stride(), scores.device, num_topk, num_topk.__class__)
+        shape = scores.shape
+        key = (scores.dtype, shape[1:], scores.stride(), scores.get_device(), num_topk, num_topk.__class__)
         plan = _plans.get(key)
         if plan is not None:
-            idx = plan(scores)
+            idx = plan(scores, shape[0])
             if idx is not None:
                 return idx
         else:

@@ -10,6 +10,7 @@ import torch
 
 from tilekiln import config
 from tilekiln._runtime import _raw_stream, checks, launch, store
+from tilekiln._runtime.outputs import RowOutputs
 
 OP = "per_token_cast"
 PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic",
@@ -246,6 +247,13 @@ _plans = {}
 _MAX_PLANS = 4096
 
 
+# The per-call arguments of a plan's launch (PrimFunc indices): x, out, sf, num_tokens, clamp_min (a runtime config
+# value) and num_row_blocks; with column-major or zero-padded packed scales also sf_stride_t and sf_stride_k (their
+# padded token dimension grows with T). Everything else is packed once (launcher.bound_launcher).
+_PLAN_VALUES = (0, 1, 2, 3, 11, 17)
+_PLAN_VALUES_SF_STRIDES = (0, 1, 2, 3, 7, 8, 11, 17)
+
+
 def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     vec = 8 if x.dtype == torch.bfloat16 else 4
     kind = _sf_kind(e4m3sf, packed)
@@ -253,7 +261,6 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     rows = rows_for(_PLAIN_NAMES[x.dtype], fmt)
     values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, rows, False, False)
     device, index = x.device, x.device.index
-    go = store().kernel(OP, PARAM_NAMES, values, index).launcher_for(index)
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
     k_blocks = _ceil_div(h, g)
     sf_cols = _ceil_div(k_blocks, 4) if packed else k_blocks
@@ -261,27 +268,29 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     x_stride_vec, out_stride_unit = x.stride(0) // vec, q_width // (vec if fmt == "e4m3" else vec // 2)
     clamp_key, state = (fmt, e4m3sf), config._state
     row_major_sf = not col and not (packed and k_blocks % 4)
-    row_major_strides = (4 * sf_cols, 4) if packed else (sf_cols, 1)  # == _sf_strides of a fresh [t, sf_cols]
-    col_blocks = _grid(1, h, vec, 1)[1]
+    sf_t, sf_k = (4 * sf_cols, 4) if packed else (sf_cols, 1)  # == _sf_strides of a fresh row-major [t, sf_cols]
+    fixed = (0, 0, 0, 0, h // 64, x_stride_vec, out_stride_unit, sf_t, sf_k, int(round_sf), 1, 0.0, 0, 0, 0, 1, 1, 0,
+             _grid(1, h, vec, 1)[1])
+    go = store().kernel(OP, PARAM_NAMES, values, index).bound_launcher(
+        index, fixed, _PLAN_VALUES if row_major_sf else _PLAN_VALUES_SF_STRIDES)
     max_tokens = MAX_GRID_Y * rows if _rows_in_grid_y(values, device) else 1 << 62
+    last_row = rows - 1
+    q_out, empty_like = RowOutputs(q_width, q_dtype, device), torch.empty_like
+    sf_out = RowOutputs(sf_cols, sf_dtype, device) if row_major_sf else None
 
-    def run(x):
-        t = x.shape[0]
+    def run(x, t):
         ptr = x.data_ptr()
         if ptr & 15 or t == 0 or t > max_tokens:
             return None  # the general path reports misalignment, handles empty inputs and launches in chunks
-        # Sizes as separate ints, not a tuple: torch parses them faster. Both allocations took 4.0-4.6 us instead
-        # of 6.3-6.6 us on the H200 (bench_launch_paths.py, benchmarks/results/2026-12-01-a4a7b4edd2).
-        q = torch.empty(t, q_width, dtype=q_dtype, device=device)
+        q = empty_like(q_out[t])
         if row_major_sf:
-            sf = torch.empty(t, sf_cols, dtype=sf_dtype, device=device)
-            sf_t, sf_k = row_major_strides
+            sf = empty_like(sf_out[t])
+            go(_raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, state["clamp"][clamp_key],
+                                    (t + last_row) // rows), state["pdl"])
         else:
             sf = _sf_storage(t, k_blocks, sf_dtype, col, device, packed)
-            sf_t, sf_k = _sf_strides(sf, packed)
-        go(_raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, h // 64, x_stride_vec, out_stride_unit, sf_t,
-                                sf_k, round_sf, 1, state["clamp"][clamp_key], 0, 0, 0, 1, 1, _ceil_div(t, rows),
-                                col_blocks), state["pdl"])
+            go(_raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, *_sf_strides(sf, packed),
+                                    state["clamp"][clamp_key], (t + last_row) // rows), state["pdl"])
         return q, sf
 
     return run
@@ -298,7 +307,8 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
             (round_sf is True or round_sf is False) and (use_packed_ue8m0 is True or use_packed_ue8m0 is False) and \
             (use_e4m3_sf is True or use_e4m3_sf is False) and \
             (use_tma_aligned_col_major_sf is True or use_tma_aligned_col_major_sf is False):
-        key = (x.dtype, x.shape[1:], x.stride(), x.device, fmt, num_per_channels, use_tma_aligned_col_major_sf,
+        shape = x.shape
+        key = (x.dtype, shape[1:], x.stride(), x.get_device(), fmt, num_per_channels, use_tma_aligned_col_major_sf,
                round_sf, use_packed_ue8m0, use_e4m3_sf)
         plan = _plans.get(key)
         if plan is None:
@@ -311,7 +321,7 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
                 _plans[key] = _make_plan(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf,
                                          use_packed_ue8m0, use_e4m3_sf)
             return result
-        result = plan(x)
+        result = plan(x, shape[0])
         if result is not None:
             return result
     checks.flag("stochastic_cast", stochastic_cast)
