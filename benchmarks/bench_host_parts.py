@@ -1,9 +1,11 @@
 """Where the host time of a T = 128 call goes: each part of per_token_cast's and topk_gate's plan path
 timed alone in the same loop as bench_foundation's host_time_us, beside torch's own costs (allocation
-forms, an eager op) and, with --floor, the driver's cost per launch from a C loop
+forms, eager ops with one and two outputs), "lean" variants (the least Python around the same allocations and
+launch: lower bounds, not implementations) and, with --floor, the driver's cost per launch from a C loop
 (benchmarks/launch_floor.c, built with gcc here or beforehand).
 
-Host figures on the VM vary from process to process, so three fresh processes run the same parts:
+Host figures on the VM vary from process to process, so three fresh processes run the same parts, and within a
+process the parts' repetitions are interleaved:
 
     python benchmarks/bench_host_parts.py --floor .gpu-exp/launch_floor --out host_parts.json
 """
@@ -82,6 +84,7 @@ def child():
         shim, kptr = _shim_of(dk)
         parts["shim_call_prepacked"] = lambda: shim(kptr, blob)
         parts["lean_ptc_alloc_pack_launch"] = _lean_per_token_cast(dk, x, shim, kptr)
+        parts["lean_ptc_plan_template"] = _lean_plan_per_token_cast(kernel, x)
         parts["lean_ptc_one_alloc_views"] = _lean_per_token_cast(dk, x, shim, kptr, alloc="one")
         parts["lean_ptc_no_alloc"] = _lean_per_token_cast(dk, x, shim, kptr, alloc="none")
     parts["lean_topk_alloc_launch"] = _lean_topk_gate(scores)
@@ -122,6 +125,29 @@ def _lean_per_token_cast(dk, x, shim, kptr, alloc="two"):
         args = (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t, 112, 896, 896, 56, 1, 0, 1, 1e-4, 0, 0, 0, 1, 1,
                 (t + 7) >> 3, 7)
         shim(kptr, pack(*grid(args), 0, _raw_stream(0), *pick(args)))
+        return q, sf
+
+    return run
+
+
+def _lean_plan_per_token_cast(kernel, x):
+    """lean_ptc_alloc_pack_launch's counterpart with the launch plans' pieces: row-template allocations and a bound
+    launcher that packs only the per-call values (interleaved with it, this is the A/B of those two pieces)."""
+    import torch
+
+    from tilekiln._runtime import _raw_stream
+    from tilekiln._runtime.outputs import RowOutputs
+    from tilekiln.quant import _per_token
+    fixed = (0, 0, 0, 0, 112, 896, 896, 56, 1, 0, 1, 0.0, 0, 0, 0, 1, 1, 0, 7)
+    go = kernel.bound_launcher(0, fixed, _per_token._PLAN_VALUES)
+    q_out, sf_out = RowOutputs(7168, torch.float8_e4m3fn, x.device), RowOutputs(56, torch.float32, x.device)
+    empty_like = torch.empty_like
+
+    def run():
+        t = x.shape[0]
+        q = empty_like(q_out[t])
+        sf = empty_like(sf_out[t])
+        go(_raw_stream(0), (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t, 1e-4, (t + 7) >> 3), False)
         return q, sf
 
     return run
