@@ -74,6 +74,15 @@ def host_time_us(fn, calls=5000, reps=5):
     return statistics.median(per)
 
 
+def child_json(script, env=None):
+    """Run ``script --child`` in a fresh process; its last stdout line, parsed as JSON (host timings differ
+    between processes, so host benchmarks measure in several)."""
+    out = subprocess.run([sys.executable, script, "--child"], env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def first_call_s(op):
     prep = ("import torch, time; x = torch.randn(128, 7168, device='cuda', dtype=torch.bfloat16); "
             "s = torch.randn(128, 256, device='cuda'); torch.cuda.synchronize(); t = time.perf_counter(); ")

@@ -13,9 +13,8 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
 
-from bench_foundation import host_time_us
+from bench_foundation import child_json, host_time_us
 
 CALLS, REPS = 5000, 7
 
@@ -186,10 +185,7 @@ def main():
         return child()
     results = []
     for rnd in range(3):
-        out = subprocess.run([sys.executable, __file__, "--child"], capture_output=True, text=True)
-        if out.returncode:
-            raise SystemExit(out.stderr)
-        results.append({"round": rnd, **json.loads(out.stdout.strip().splitlines()[-1])})
+        results.append({"round": rnd, **child_json(__file__)})
         if a.floor:
             floor = subprocess.run([a.floor], capture_output=True, text=True, check=True)
             results.append({"round": rnd, "c_launch_floor": json.loads(floor.stdout)})

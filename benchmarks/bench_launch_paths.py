@@ -8,10 +8,8 @@ prebuilt arguments, and per whole op call (T = 128), median of 5 x 20000 calls; 
 import argparse
 import json
 import os
-import subprocess
-import sys
 
-from bench_foundation import host_time_us
+from bench_foundation import child_json, host_time_us
 
 
 def child():
@@ -81,11 +79,7 @@ def main():
     # three rounds of fresh processes; compare like rounds, or the medians per path.
     for rnd in range(3):
         for path in ("auto", "ctypes"):
-            env = dict(os.environ, TILEKILN_LAUNCHER=path)
-            out = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True)
-            if out.returncode:
-                raise SystemExit(out.stderr)
-            results.append({"round": rnd, **json.loads(out.stdout.strip().splitlines()[-1])})
+            results.append({"round": rnd, **child_json(__file__, dict(os.environ, TILEKILN_LAUNCHER=path))})
     print(json.dumps(results))
     if a.out:
         with open(a.out, "w") as f:
