@@ -1,6 +1,6 @@
 /* Native launch helper of the TileKiln runtime (optional: the loader falls back to pure ctypes).
  *
- * It links nothing: no libcuda (the caller passes cuLaunchKernelEx's address), no libtorch, no
+ * It links nothing but libc: no libcuda (the caller passes cuLaunchKernelEx's address), no libtorch, no
  * CPython ABI, so one build serves every Python and torch version. Per call it builds the
  * CUlaunchConfig and the kernelParams array on the C stack from a packed argument blob, which
  * makes the launch thread-safe without per-thread buffers and saves ctypes work.
