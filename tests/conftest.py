@@ -36,3 +36,18 @@ def seed(request):
     s = int(hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8], 16)
     torch.manual_seed(s)
     return s
+
+
+@pytest.fixture(scope="session")
+def subset_store(tmp_path_factory):
+    """The kernel store of manifests/ci-subset.toml for both arches, built once per test session (its gen dir, with
+    sources and cubins, is beside it). Skips without the build toolchain."""
+    import importlib.util
+    import subprocess
+    if importlib.util.find_spec("tilelang") is None:
+        pytest.skip("tilelang (build toolchain) is not installed: pip install -r requirements/build.txt")
+    root = Path(__file__).resolve().parent.parent
+    out = tmp_path_factory.mktemp("store") / "kernels"
+    subprocess.run([sys.executable, "-m", "build_tools", "build", "--manifest", "manifests/ci-subset.toml",
+                    "--out-dir", str(out), "-j", "2"], cwd=root, check=True)
+    return out
