@@ -6,7 +6,7 @@ access: a first call pays only for its own family. Their torch.library ops are r
 the first lookup of ``torch.ops.tilekiln.<op>`` imports the op's family and registers its ops
 (tilekiln/_runtime/torch_ops.py).
 """
-import importlib
+import importlib as _importlib
 
 from tilekiln import config  # noqa: F401
 from tilekiln._runtime import DriverError, MissingSpecializationError, UnsupportedDeviceError, preload  # noqa: F401
@@ -32,12 +32,12 @@ _LAZY_SUBMODULES = ("quant", "moe", "transpose", "torch")
 
 def __getattr__(name):
     if name in _LAZY_SUBMODULES:
-        return importlib.import_module(f"tilekiln.{name}")
+        return _importlib.import_module(f"tilekiln.{name}")
     raise AttributeError(f"module 'tilekiln' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
+    return sorted({n for n in globals() if not n.startswith("_") or n == "__version__"} | set(_LAZY_SUBMODULES))
 
 
 def check_errors(device=None):

@@ -34,8 +34,20 @@ def _check_int(name, value, lo=None):
 _device_sms = {}  # device index -> SM count (fixed for a process; launch paths ask for it per call)
 
 
+def require_cuda(what):
+    """Raise the project's own error where torch has no CUDA device (a CPU-only build or no GPU), before torch's
+    ``AssertionError: Torch not compiled with CUDA enabled`` or a driver error would."""
+    import torch
+    if not torch.cuda.is_available():
+        from tilekiln._runtime.artifacts import UnsupportedDeviceError
+        why = "this torch build has no CUDA support" if torch.version.cuda is None else "torch sees no CUDA GPU"
+        raise UnsupportedDeviceError(f"{what} needs an NVIDIA GPU, but {why} (torch {torch.__version__}). "
+                                     "TileKiln's kernels run on H100/H200 (sm_90a) and B200 (sm_100a).")
+
+
 def get_device_num_sms(device=None):
     import torch
+    require_cuda("get_device_num_sms")
     idx = None if device is None else torch.device(device).index
     if idx is None:  # no device, or "cuda" without an index: the current device
         idx = torch.cuda.current_device()

@@ -25,6 +25,7 @@ def preload(ops=None, device=None):
     Call it before CUDA-graph capture: module loading is not capturable.
     Returns the number of variants loaded.
     """
+    config.require_cuda("preload")
     d = torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda")
     index = torch.cuda.current_device() if d.index is None else d.index
     s = store()

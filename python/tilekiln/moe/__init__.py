@@ -138,7 +138,7 @@ def _register_ops():
     import that every process's first eager call pays 17 ms instead of 1.5 ms (CPU build machine; the first
     lookup now pays the ~13 ms).
     """
-    @torch.library.custom_op("tilekiln::topk_gate", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::topk_gate", mutates_args=())
     def _topk_gate_op(scores: torch.Tensor, num_topk: int) -> torch.Tensor:
         return _topk.topk_gate(scores, num_topk)
 
@@ -146,7 +146,7 @@ def _register_ops():
     def _(scores, num_topk):
         return scores.new_empty((scores.shape[0], num_topk), dtype=torch.int64)
 
-    @torch.library.custom_op("tilekiln::normalize_weight", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::normalize_weight", mutates_args=())
     def _normalize_weight_op(topk_weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return _normalize.normalize_weight(topk_weights)
 
@@ -156,7 +156,7 @@ def _register_ops():
         t, k = topk_weights.shape
         return topk_weights.new_empty((t,)), topk_weights.new_empty((t, k))
 
-    @torch.library.custom_op("tilekiln::top2_sum_gate", mutates_args=("unmapped_topk_idx",), device_types="cuda")
+    @torch.library.custom_op("tilekiln::top2_sum_gate", mutates_args=("unmapped_topk_idx",))
     def _top2_sum_gate_op(logits: torch.Tensor, bias: torch.Tensor, num_topk: int, num_topk_groups: int, num_groups: int,
                           use_shared_as_routed: bool, num_shared_experts: int, routed_scaling_factor: float,
                           ep_rank: int, num_ep_ranks: int, tp_rank: int, num_tp_ranks: int, scoring_func: str,
@@ -179,8 +179,7 @@ def _register_ops():
         return (logits.new_empty((t, num_topk + s), dtype=torch.int64),
                 logits.new_empty((t, num_topk + s), dtype=torch.float32))
 
-    @torch.library.custom_op("tilekiln::moe_topk_gate_forward", mutates_args=("unmapped_topk_idx", "scores"),
-                             device_types="cuda")
+    @torch.library.custom_op("tilekiln::moe_topk_gate_forward", mutates_args=("unmapped_topk_idx", "scores"))
     def _moe_topk_gate_forward_op(logits: torch.Tensor, num_topk: int, use_shared_as_routed: bool,
                                   num_shared_experts: int, routed_scaling_factor: float, ep_rank: int,
                                   scoring_func: str = "sqrtsoftplus", mask: torch.Tensor | None = None,
@@ -205,7 +204,7 @@ def _register_ops():
         return (logits.new_empty((t, num_topk + s), dtype=torch.int64),
                 logits.new_empty((t, num_topk + s), dtype=torch.float32))
 
-    @torch.library.custom_op("tilekiln::moe_topk_gate_backward", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::moe_topk_gate_backward", mutates_args=())
     def _moe_topk_gate_backward_op(scores: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor,
                                    grad_topk_weights: torch.Tensor, routed_scaling_factor: float,
                                    scoring_func: str = "sqrtsoftplus", mask: torch.Tensor | None = None,
@@ -221,7 +220,7 @@ def _register_ops():
         return torch.empty_like(scores)
 
     # v1 group ranking (moe/_topk_sum.py)
-    @torch.library.custom_op("tilekiln::topk_sum_and_topk_group_idx", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::topk_sum_and_topk_group_idx", mutates_args=())
     def _topk_sum_and_topk_group_idx_op(scores: torch.Tensor, num_topk_sum: int, num_topk_groups: int) -> torch.Tensor:
         return _topk_sum.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
 
@@ -231,7 +230,7 @@ def _register_ops():
         return scores.new_empty((scores.shape[0], num_topk_groups), dtype=torch.int64)
 
     # v1 auxiliary ops (moe/_aux.py)
-    @torch.library.custom_op("tilekiln::group_count", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::group_count", mutates_args=())
     def _group_count_op(group_idx: torch.Tensor, num_groups: int) -> torch.Tensor:
         return _aux.group_count(group_idx, num_groups)
 
@@ -240,7 +239,7 @@ def _register_ops():
         _aux.check_ids("group_idx", group_idx)
         return group_idx.new_empty((num_groups,), dtype=torch.int32)
 
-    @torch.library.custom_op("tilekiln::aux_fi", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::aux_fi", mutates_args=())
     def _aux_fi_op(topk_idx: torch.Tensor, num_experts: int, num_aux_topk: int) -> torch.Tensor:
         return _aux.aux_fi(topk_idx, num_experts, num_aux_topk)
 
@@ -249,7 +248,7 @@ def _register_ops():
         _aux.check_ids("topk_idx", topk_idx)
         return topk_idx.new_empty((num_experts,), dtype=torch.float32)
 
-    @torch.library.custom_op("tilekiln::mask_indices_by_tp", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::mask_indices_by_tp", mutates_args=())
     def _mask_indices_by_tp_op(indices: torch.Tensor, n: int, num_ep_ranks: int, tp_rank: int,
                                num_tp_ranks: int) -> torch.Tensor:
         return _aux.mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks)
@@ -259,8 +258,7 @@ def _register_ops():
         _aux.check_ids("indices", indices, _aux.INT_DTYPES)
         return torch.empty_like(indices, memory_format=torch.contiguous_format)
 
-    @torch.library.custom_op("tilekiln::inplace_unique_group_indices", mutates_args=("group_indices",),
-                             device_types="cuda")
+    @torch.library.custom_op("tilekiln::inplace_unique_group_indices", mutates_args=("group_indices",))
     def _inplace_unique_group_indices_op(group_indices: torch.Tensor, num_groups: int) -> None:
         _aux.inplace_unique_group_indices(group_indices, num_groups)
 

@@ -50,6 +50,7 @@ def _raise_pending(device_index):
 
 def check_errors(device=None):
     """Synchronize ``device`` and raise any error a TileKiln kernel recorded there."""
+    config.require_cuda("check_errors")
     index = torch.cuda.current_device() if device is None else torch.device(device).index
     torch.cuda.synchronize(index)
     _raise_pending(index)

@@ -152,7 +152,7 @@ def _register_ops():
     _per_block._register_ops()
     _swiglu_bwd._register_ops()
 
-    @torch.library.custom_op("tilekiln::per_token_cast", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::per_token_cast", mutates_args=())
     def _per_token_cast_op(x: torch.Tensor, fmt: str, num_per_channels: int, use_tma_aligned_col_major_sf: bool,
                            round_sf: bool, use_packed_ue8m0: bool, use_e4m3_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return _per_token.per_token_cast(x, fmt, num_per_channels, None, use_tma_aligned_col_major_sf, round_sf,
@@ -170,7 +170,7 @@ def _register_ops():
                                     use_tma_aligned_col_major_sf, x.device, kind == "ue8m0")
         return q, sf
 
-    @torch.library.custom_op("tilekiln::per_token_cast_requant", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::per_token_cast_requant", mutates_args=())
     def _per_token_cast_requant_op(data: torch.Tensor, x_sf: torch.Tensor, block_m: int, block_k: int, fmt: str,
                                    num_per_channels: int, use_tma_aligned_col_major_sf: bool, round_sf: bool,
                                    use_packed_ue8m0: bool, use_e4m3_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -191,7 +191,7 @@ def _register_ops():
         return q, sf
 
     # RMSNorm
-    @torch.library.custom_op("tilekiln::norm_forward", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::norm_forward", mutates_args=())
     def _norm_forward_op(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float, residual: Optional[torch.Tensor],
                          out_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         # Outputs may not alias inputs: norm_input is substituted by the wrapper, and the
@@ -208,7 +208,7 @@ def _register_ops():
                 torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device), ro)
 
     # cast and per_channel_cast
-    @torch.library.custom_op("tilekiln::cast", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::cast", mutates_args=())
     def _cast_op(x: torch.Tensor, dtype: torch.dtype, stochastic_rounding: bool) -> torch.Tensor:
         return _cast.cast(x, dtype, stochastic_rounding)
 
@@ -217,7 +217,7 @@ def _register_ops():
         _cast.check_args(x, dtype, stochastic_rounding)
         return torch.empty(x.shape, dtype=dtype, device=x.device)
 
-    @torch.library.custom_op("tilekiln::per_channel_cast", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::per_channel_cast", mutates_args=())
     def _per_channel_cast_op(x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool,
                              use_packed_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return _per_channel.per_channel_cast(x, fmt, num_per_tokens, round_sf, None, use_packed_ue8m0)
@@ -228,7 +228,7 @@ def _register_ops():
         return _per_channel.alloc(x, num_per_tokens, use_packed_ue8m0)
 
     # v1 per-channel casts fused with a transpose
-    @torch.library.custom_op("tilekiln::per_channel_cast_and_transpose", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::per_channel_cast_and_transpose", mutates_args=())
     def _per_channel_cast_and_transpose_op(x: torch.Tensor, fmt: str, num_per_tokens: int,
                                            round_sf: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return _per_channel_v1.per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
@@ -238,8 +238,7 @@ def _register_ops():
         _per_channel_v1.check_cast_and_transpose(x, fmt, num_per_tokens, round_sf)
         return _per_channel_v1.alloc(x.shape[0], x.shape[1], num_per_tokens, True, x.device)
 
-    @torch.library.custom_op("tilekiln::swiglu_forward_and_per_channel_cast_and_transpose", mutates_args=(),
-                             device_types="cuda")
+    @torch.library.custom_op("tilekiln::swiglu_forward_and_per_channel_cast_and_transpose", mutates_args=())
     def _swiglu_per_channel_op(x: torch.Tensor, fmt: str, num_per_tokens: int, round_sf: bool, without_transpose: bool,
                                swiglu_clamp_value: Optional[float]) -> tuple[torch.Tensor, torch.Tensor]:
         return _per_channel_v1.swiglu_forward_and_per_channel_cast_and_transpose(

@@ -149,7 +149,7 @@ def per_token_cast_and_cast_back(x, fmt, num_per_channels, round_sf=False, use_e
 def _register_ops():
     """This module's torch.library ops, registered on first lookup by tilekiln.quant._register_ops (not at
     import: tilekiln._runtime.torch_ops says why)."""
-    @torch.library.custom_op("tilekiln::cast_back", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::cast_back", mutates_args=())
     def _cast_back_op(data: torch.Tensor, sf: torch.Tensor, fmt: str, x_block_size: list[int]) -> torch.Tensor:
         return _cast_back((data, sf), fmt, tuple(x_block_size))
 

@@ -11,6 +11,7 @@ The outputs of the offending blocks are unspecified.
 
 import torch
 
+from tilekiln import config
 from tilekiln._runtime import checks, error_flags, launch
 from tilekiln.quant._per_token import _sf_storage
 from tilekiln.torch.quant_lossless import LosslessScaleError
@@ -56,6 +57,7 @@ def after_launch(device_index):
 
 def check_errors(device=None):
     """Synchronize ``device`` and raise any error a TileKiln kernel recorded there (quant and moe)."""
+    config.require_cuda("check_errors")
     index = torch.cuda.current_device() if device is None else torch.device(device).index
     torch.cuda.synchronize(index)
     raise_pending(index)

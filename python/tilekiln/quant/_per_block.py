@@ -163,7 +163,7 @@ def per_block_cast_with_precomputed_sf(x, fmt, block_size, sf, use_tma_aligned_c
 def _register_ops():
     """This module's torch.library ops, registered on first lookup by tilekiln.quant._register_ops (not at
     import: tilekiln._runtime.torch_ops says why)."""
-    @torch.library.custom_op("tilekiln::per_block_cast", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::per_block_cast", mutates_args=())
     def _per_block_cast_op(x: torch.Tensor, fmt: str, block_size: list[int], use_tma_aligned_col_major_sf: bool,
                            round_sf: bool, use_packed_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
         return _per_block_cast(x, fmt, tuple(block_size), use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)

@@ -188,7 +188,7 @@ def _empty(device):
 def _register_ops():
     """This module's torch.library ops, registered on first lookup by tilekiln.quant._register_ops (not at
     import: tilekiln._runtime.torch_ops says why)."""
-    @torch.library.custom_op("tilekiln::swiglu_backward_and_per_token_cast", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::swiglu_backward_and_per_token_cast", mutates_args=())
     def _swiglu_backward_and_per_token_cast_op(
             x_data: torch.Tensor, x_sf: torch.Tensor, act_x_grad: torch.Tensor, fmt: str, num_per_channels: int,
             psum_num_tokens_per_expert: Optional[torch.Tensor], topk_weights: Optional[torch.Tensor],
@@ -216,7 +216,7 @@ def _register_ops():
         return (x_grad, q, sf, wg if wg is not None else _empty(x_data.device),
                 act_out if act_out is not None else _empty(x_data.device))
 
-    @torch.library.custom_op("tilekiln::swiglu_backward", mutates_args=(), device_types="cuda")
+    @torch.library.custom_op("tilekiln::swiglu_backward", mutates_args=())
     def _swiglu_backward_op(
             x: torch.Tensor, act_x_grad: torch.Tensor, fmt: str, psum_num_tokens_per_expert: Optional[torch.Tensor],
             topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float], clamp_value: Optional[float],
@@ -238,8 +238,7 @@ def _register_ops():
                 torch.empty((n,), dtype=torch.float32, device=x.device) if topk_weights is not None else _empty(x.device),
                 torch.empty((n, hidden), dtype=dtype, device=x.device) if do_recompute else _empty(x.device))
 
-    @torch.library.custom_op("tilekiln::swiglu_forward_and_per_token_cast", mutates_args=("clamped_count",),
-                             device_types="cuda")
+    @torch.library.custom_op("tilekiln::swiglu_forward_and_per_token_cast", mutates_args=("clamped_count",))
     def _swiglu_forward_and_per_token_cast_op(
             x: torch.Tensor, fmt: str, num_per_channels: int, psum_num_tokens_per_expert: Optional[torch.Tensor],
             topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float],
@@ -263,7 +262,7 @@ def _register_ops():
                                     use_tma_aligned_col_major_sf, x.device, kind == "ue8m0")
         return q, sf
 
-    @torch.library.custom_op("tilekiln::swiglu_forward", mutates_args=("clamped_count",), device_types="cuda")
+    @torch.library.custom_op("tilekiln::swiglu_forward", mutates_args=("clamped_count",))
     def _swiglu_forward_op(x: torch.Tensor, fmt: str, psum_num_tokens_per_expert: Optional[torch.Tensor],
                            topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float],
                            clamp_value: Optional[float], clamped_count: Optional[torch.Tensor]) -> torch.Tensor:

@@ -1,0 +1,47 @@
+"""On a machine without CUDA every public entry point raises the project's own error, never torch's
+``AssertionError: Torch not compiled with CUDA enabled`` nor a dispatcher dump."""
+import pytest
+import torch
+
+import tilekiln
+
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA device")
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tilekiln.preload(),
+    lambda: tilekiln.check_errors(),
+    lambda: tilekiln.moe.check_errors(),
+    lambda: tilekiln.quant.check_errors(),
+    lambda: tilekiln.get_num_sms(),
+    lambda: tilekiln.get_device_num_sms(),
+    lambda: tilekiln.set_num_sms(8),
+], ids=["preload", "check_errors", "moe.check_errors", "quant.check_errors", "get_num_sms", "get_device_num_sms",
+        "set_num_sms"])
+def test_device_queries_say_a_gpu_is_needed(call):
+    with pytest.raises(tilekiln.UnsupportedDeviceError, match="needs an NVIDIA GPU"):
+        call()
+
+
+@pytest.mark.parametrize("op, args, name", [
+    ("topk_gate", (torch.randn(4, 256), 8), "scores"),
+    ("transpose", (torch.randn(64, 64, dtype=torch.bfloat16),), "x"),
+    ("per_token_cast", (torch.randn(4, 128, dtype=torch.bfloat16), "e4m3", 128, False, False, False, False), "x"),
+])
+def test_registered_ops_on_cpu_tensors_name_the_argument(op, args, name):
+    with pytest.raises(ValueError, match=rf"{name}\b.*CUDA tensor"):
+        getattr(torch.ops.tilekiln, op)(*args)
+
+
+def test_public_functions_on_cpu_tensors_name_the_argument():
+    with pytest.raises(ValueError, match="scores is on cpu"):
+        tilekiln.moe.topk_gate(torch.randn(4, 256), 8)
+    with pytest.raises(ValueError, match="x is on cpu"):
+        tilekiln.quant.per_token_cast(torch.randn(4, 128, dtype=torch.bfloat16), "e4m3", 128)
+
+
+def test_dir_lists_only_the_public_api():
+    names = dir(tilekiln)
+    assert "importlib" not in names and not [n for n in names if n.startswith("_") and n != "__version__"]
+    for n in ("quant", "moe", "transpose", "torch", "config", "preload", "set_pdl"):
+        assert n in names
