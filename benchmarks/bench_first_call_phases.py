@@ -1,4 +1,4 @@
-"""Where a fresh process's first call spends its time: import tilekiln, the kernel lookup (runtime index
+"""Where a fresh process's first call spends its time: import kernelkiln, the kernel lookup (runtime index
 parse), the module load (cubin read, sha256, cuModuleLoadData) and the launch + synchronize, for the two
 ops of bench_foundation's first-call figure. Each sample is a new process (as bench_foundation's
 first_call_s), timed from after torch's CUDA setup, so the phases add up to that figure.
@@ -19,8 +19,8 @@ s = torch.randn(128, 256, device='cuda')
 torch.cuda.synchronize()
 phases = {}
 t0 = time.perf_counter()
-import tilekiln
-from tilekiln._runtime import artifacts, launcher
+import kernelkiln
+from kernelkiln._runtime import artifacts, launcher
 phases['import_ms'] = (time.perf_counter() - t0) * 1e3
 
 def timed(cls, name, key):
@@ -38,9 +38,9 @@ timed(launcher.CompiledKernel, '_read_cubin', 'cubin_read_ms')
 timed(launcher.CompiledKernel, '_load_locked', 'module_load_ms')  # includes the cubin read
 t1 = time.perf_counter()
 if OP == 'per_token_cast':
-    tilekiln.quant.per_token_cast(x, 'e4m3', 128)
+    kernelkiln.quant.per_token_cast(x, 'e4m3', 128)
 else:
-    tilekiln.moe.topk_gate(s, 8)
+    kernelkiln.moe.topk_gate(s, 8)
 torch.cuda.synchronize()
 t2 = time.perf_counter()
 phases['first_call_ms'] = (t2 - t1) * 1e3

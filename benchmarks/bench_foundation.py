@@ -86,8 +86,8 @@ def child_json(script, env=None):
 def first_call_s(op):
     prep = ("import torch, time; x = torch.randn(128, 7168, device='cuda', dtype=torch.bfloat16); "
             "s = torch.randn(128, 256, device='cuda'); torch.cuda.synchronize(); t = time.perf_counter(); ")
-    call = {"per_token_cast": "import tilekiln; tilekiln.quant.per_token_cast(x, 'e4m3', 128)",
-            "topk_gate": "import tilekiln; tilekiln.moe.topk_gate(s, 8)"}[op]
+    call = {"per_token_cast": "import kernelkiln; kernelkiln.quant.per_token_cast(x, 'e4m3', 128)",
+            "topk_gate": "import kernelkiln; kernelkiln.moe.topk_gate(s, 8)"}[op]
     code = prep + call + "; torch.cuda.synchronize(); print(time.perf_counter() - t)"
     runs = [float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
                   .stdout.split()[-1]) for _ in range(3)]
@@ -96,10 +96,10 @@ def first_call_s(op):
 
 def profile_once(name, params, fn):
     """Only under `ncu --profile-from-start off` (scripts/gpu_verify.sh PROFILE_BENCHES sets
-    TILEKILN_PROFILE_LABELS): one warm call of ``fn`` inside a profiled range, after a marker kernel
+    KERNELKILN_PROFILE_LABELS): one warm call of ``fn`` inside a profiled range, after a marker kernel
     (torch's spin_kernel) that lets benchmarks/ncu_summary.py split the report into calls; the call's
-    label is appended to $TILEKILN_PROFILE_LABELS in the same order."""
-    labels = os.environ.get("TILEKILN_PROFILE_LABELS")
+    label is appended to $KERNELKILN_PROFILE_LABELS in the same order."""
+    labels = os.environ.get("KERNELKILN_PROFILE_LABELS")
     if not labels:
         return
     fn()
@@ -145,16 +145,16 @@ def start(description, **sizes):
 
 def write_results(path, ceiling, records):
     """The results file make_results_table.py reads: run metadata, this run's copy ceiling, the records."""
-    import tilekiln
+    import kernelkiln
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "driver": tilekiln._runtime.driver.get_driver().version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "tilekiln": tilekiln.__version__, "command": " ".join(sys.argv)}
+            "driver": kernelkiln._runtime.driver.get_driver().version(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "kernelkiln": kernelkiln.__version__, "command": " ".join(sys.argv)}
     with open(path, "w") as f:
         json.dump({"meta": meta, "copy_ceiling_gbs": ceiling, "records": records}, f, indent=1)
 
 
 def main():
-    import tilekiln
+    import kernelkiln
     args, ceiling = start(__doc__, tokens=16384)
     T, H = args.tokens, 7168
     records = []
@@ -171,26 +171,26 @@ def main():
                                                            "use_tma_aligned_col_major_sf": True}),
                          ("e2m1", 32, {}), ("e2m1", 32, {"use_e4m3_sf": True}),
                          ("e2m1", 32, {"round_sf": True, "use_packed_ue8m0": True})]:
-        out = tilekiln.quant.per_token_cast(x, fmt, g, **opts)
-        bw_record("per_token_cast", lambda: tilekiln.quant.per_token_cast(x, fmt, g, **opts), out, (x,),
+        out = kernelkiln.quant.per_token_cast(x, fmt, g, **opts)
+        bw_record("per_token_cast", lambda: kernelkiln.quant.per_token_cast(x, fmt, g, **opts), out, (x,),
                   {"T": T, "H": H, "in": "bf16", "fmt": fmt, "g": g, **opts})
     x32 = torch.randn(T, H, device="cuda")
-    out = tilekiln.quant.per_token_cast(x32, "e4m3", 128)
-    bw_record("per_token_cast", lambda: tilekiln.quant.per_token_cast(x32, "e4m3", 128), out, (x32,),
+    out = kernelkiln.quant.per_token_cast(x32, "e4m3", 128)
+    bw_record("per_token_cast", lambda: kernelkiln.quant.per_token_cast(x32, "e4m3", 128), out, (x32,),
               {"T": T, "H": H, "in": "fp32", "fmt": "e4m3", "g": 128})
 
     for e, k in [(256, 8), (384, 8), (128, 8)]:
         scores = torch.randn(T, e, device="cuda")
-        idx = tilekiln.moe.topk_gate(scores, k)
-        bw_record("topk_gate", lambda: tilekiln.moe.topk_gate(scores, k), (idx,), (scores,),
+        idx = kernelkiln.moe.topk_gate(scores, k)
+        bw_record("topk_gate", lambda: kernelkiln.moe.topk_gate(scores, k), (idx,), (scores,),
                   {"T": T, "E": e, "K": k})
 
     xs = torch.randn(128, H, device="cuda", dtype=torch.bfloat16)
     ss = torch.randn(128, 256, device="cuda")
     keep({"name": "host_time_per_call", "params": {"op": "per_token_cast", "T": 128},
-          "time_us": round(host_time_us(lambda: tilekiln.quant.per_token_cast(xs, "e4m3", 128)), 2)})
+          "time_us": round(host_time_us(lambda: kernelkiln.quant.per_token_cast(xs, "e4m3", 128)), 2)})
     keep({"name": "host_time_per_call", "params": {"op": "topk_gate", "T": 128},
-          "time_us": round(host_time_us(lambda: tilekiln.moe.topk_gate(ss, 8)), 2)})
+          "time_us": round(host_time_us(lambda: kernelkiln.moe.topk_gate(ss, 8)), 2)})
     keep({"name": "host_time_per_call", "params": {"op": "torch.empty_like (floor)", "T": 128},
           "time_us": round(host_time_us(lambda: torch.empty_like(xs)), 2)})
     for op in ("per_token_cast", "topk_gate"):

@@ -22,10 +22,10 @@ CALLS, REPS = 5000, 7
 def child():
     import torch
 
-    import tilekiln
-    from tilekiln._runtime import _raw_stream, store
-    from tilekiln._runtime.outputs import RowOutputs
-    from tilekiln.quant import _per_token
+    import kernelkiln
+    from kernelkiln._runtime import _raw_stream, store
+    from kernelkiln._runtime.outputs import RowOutputs
+    from kernelkiln.quant import _per_token
 
     dev = torch.device("cuda", 0)
     x = torch.randn(128, 7168, device=dev, dtype=torch.bfloat16)
@@ -33,8 +33,8 @@ def child():
     small = torch.randn(1024, device=dev)
     t, h = x.shape
     fp8 = torch.float8_e4m3fn
-    tilekiln.quant.per_token_cast(x, "e4m3", 128)  # plans exist from here on
-    tilekiln.moe.topk_gate(scores, 8)
+    kernelkiln.quant.per_token_cast(x, "e4m3", 128)  # plans exist from here on
+    kernelkiln.moe.topk_gate(scores, 8)
 
     rows = _per_token.rows_for("bfloat16", "e4m3")
     values = ("bfloat16", "none", "e4m3", 128, "fp32", False, rows, False, False)
@@ -75,8 +75,8 @@ def child():
         "grid_eval": lambda: dk.grid(args),
         "pack": lambda: dk.packed.pack(1, 57, 1, 0, stream, *dk.pick(args)),
         "go_prebuilt_args": lambda: go(stream, args, False),
-        "per_token_cast": lambda: tilekiln.quant.per_token_cast(x, "e4m3", 128),
-        "topk_gate": lambda: tilekiln.moe.topk_gate(scores, 8),
+        "per_token_cast": lambda: kernelkiln.quant.per_token_cast(x, "e4m3", 128),
+        "topk_gate": lambda: kernelkiln.moe.topk_gate(scores, 8),
     }
     if hasattr(dk, "packed"):
         blob = dk.packed.pack(*dk.grid(args), 0, stream, *dk.pick(args))
@@ -94,7 +94,7 @@ def child():
         for name, fn in parts.items():
             times[name].append(host_time_us(fn, calls=CALLS, reps=1))
     rec = {name: round(statistics.median(v), 3) for name, v in times.items()}
-    rec["launch_path"] = tilekiln._runtime.launcher.LAUNCH_PATH
+    rec["launch_path"] = kernelkiln._runtime.launcher.LAUNCH_PATH
     print(json.dumps(rec))
 
 
@@ -104,7 +104,7 @@ def _lean_per_token_cast(dk, x, shim, kptr, alloc="two"):
     of one fp32 allocation; "none": into preallocated outputs (the `out=` floor)."""
     import torch
 
-    from tilekiln._runtime import _raw_stream
+    from kernelkiln._runtime import _raw_stream
     dev, fp8, f32 = x.device, torch.float8_e4m3fn, torch.float32
     pack, pick, grid = dk.packed.pack, dk.pick, dk.grid
 
@@ -134,9 +134,9 @@ def _lean_plan_per_token_cast(kernel, x):
     launcher that packs only the per-call values (interleaved with it, this is the A/B of those two pieces)."""
     import torch
 
-    from tilekiln._runtime import _raw_stream
-    from tilekiln._runtime.outputs import RowOutputs
-    from tilekiln.quant import _per_token
+    from kernelkiln._runtime import _raw_stream
+    from kernelkiln._runtime.outputs import RowOutputs
+    from kernelkiln.quant import _per_token
     fixed = (0, 0, 0, 0, 112, 896, 896, 56, 1, 0, 1, 0.0, 0, 0, 0, 1, 1, 0, 7)
     go = kernel.bound_launcher(0, fixed, _per_token._PLAN_VALUES)
     q_out, sf_out = RowOutputs(7168, torch.float8_e4m3fn, x.device), RowOutputs(56, torch.float32, x.device)
@@ -156,8 +156,8 @@ def _lean_topk_gate(scores):
     """topk_gate's least Python: one allocation and the launcher (no key lookup, error-word read or checks)."""
     import torch
 
-    from tilekiln._runtime import _raw_stream, store
-    from tilekiln.moe import _topk
+    from kernelkiln._runtime import _raw_stream, store
+    from kernelkiln.moe import _topk
     go = store().kernel(_topk.OP, _topk.PARAM_NAMES, (8, True), 0).launcher_for(0)
     flag_ptr, dev = _topk._flag(0)[0].data_ptr(), scores.device
 
@@ -171,7 +171,7 @@ def _lean_topk_gate(scores):
 
 
 def _shim_of(dk):
-    from tilekiln._runtime import launcher
+    from kernelkiln._runtime import launcher
     return launcher._shim_launch, dk._shim_ptr
 
 

@@ -1,6 +1,6 @@
 """Launch-path comparison: the native shim (csrc/launch_shim.c) vs pure ctypes.
 
-Each path runs in its own process (TILEKILN_LAUNCHER=auto|ctypes): host time per launch with
+Each path runs in its own process (KERNELKILN_LAUNCHER=auto|ctypes): host time per launch with
 prebuilt arguments, and per whole op call (T = 128), median of 5 x 20000 calls; three alternating rounds of fresh processes.
 
     python benchmarks/bench_launch_paths.py --out launch.json
@@ -15,21 +15,21 @@ from bench_foundation import child_json, host_time_us
 def child():
     import torch
 
-    import tilekiln
-    from tilekiln._runtime import _raw_stream, launcher, store
-    from tilekiln.moe import _topk
+    import kernelkiln
+    from kernelkiln._runtime import _raw_stream, launcher, store
+    from kernelkiln.moe import _topk
     scores = torch.randn(128, 256, device="cuda")
     x = torch.randn(128, 7168, device="cuda", dtype=torch.bfloat16)
-    idx = tilekiln.moe.topk_gate(scores, 8)
+    idx = kernelkiln.moe.topk_gate(scores, 8)
     kernel = store().kernel("topk_gate", _topk.PARAM_NAMES, (8, True), 0)
     args = (scores.data_ptr(), idx.data_ptr(), _topk._flag(0)[0].data_ptr(), 128, 256, 64, 8)
     stream = _raw_stream(0)
     rec = {"path": launcher.LAUNCH_PATH,
            "launch_only_us": host_time_us(lambda: kernel.launch(0, stream, args), calls=10000),
-           "topk_gate_us": host_time_us(lambda: tilekiln.moe.topk_gate(scores, 8), calls=10000),
-           "per_token_cast_us": host_time_us(lambda: tilekiln.quant.per_token_cast(x, "e4m3", 128), calls=10000)}
+           "topk_gate_us": host_time_us(lambda: kernelkiln.moe.topk_gate(scores, 8), calls=10000),
+           "per_token_cast_us": host_time_us(lambda: kernelkiln.quant.per_token_cast(x, "e4m3", 128), calls=10000)}
     rec.update(_per_token_cast_breakdown(x))
-    assert torch.equal(tilekiln.moe.topk_gate(scores, 8), tilekiln.torch.stable_topk(scores, 8))
+    assert torch.equal(kernelkiln.moe.topk_gate(scores, 8), kernelkiln.torch.stable_topk(scores, 8))
     print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in rec.items()}))
 
 
@@ -37,8 +37,8 @@ def _per_token_cast_breakdown(x):
     """Where per_token_cast's host time goes at T = 128: its parts timed alone, same loop."""
     import torch
 
-    from tilekiln._runtime import _raw_stream, store
-    from tilekiln.quant import _per_token
+    from kernelkiln._runtime import _raw_stream, store
+    from kernelkiln.quant import _per_token
     t, h = x.shape
     dev = x.device
     rows = _per_token.rows_for("bfloat16", "e4m3")
@@ -79,7 +79,7 @@ def main():
     # three rounds of fresh processes; compare like rounds, or the medians per path.
     for rnd in range(3):
         for path in ("auto", "ctypes"):
-            results.append({"round": rnd, **child_json(__file__, dict(os.environ, TILEKILN_LAUNCHER=path))})
+            results.append({"round": rnd, **child_json(__file__, dict(os.environ, KERNELKILN_LAUNCHER=path))})
     print(json.dumps(results))
     if a.out:
         with open(a.out, "w") as f:

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
-import tilekiln  # noqa: E402
+import kernelkiln  # noqa: E402
 
 
 def main():
@@ -27,16 +27,16 @@ def main():
     x16 = x32.bfloat16()
     for src, dst, sr in ((x32, torch.bfloat16, False), (x32, torch.bfloat16, True),
                          (x32, torch.float8_e4m3fn, True), (x16, torch.float8_e4m3fn, True)):
-        y = tilekiln.quant.cast(src, dst, sr)
+        y = kernelkiln.quant.cast(src, dst, sr)
         records.append(bandwidth_record(
             "cast", dict(T=t, H=h, in_dtype=str(src.dtype), out_dtype=str(dst), stochastic_rounding=sr),
-            lambda src=src, dst=dst, sr=sr: tilekiln.quant.cast(src, dst, sr), nbytes(src, y), ceiling))
+            lambda src=src, dst=dst, sr=sr: kernelkiln.quant.cast(src, dst, sr), nbytes(src, y), ceiling))
     for packed in (False, True):
-        q, sf = tilekiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed, use_packed_ue8m0=packed)
+        q, sf = kernelkiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed, use_packed_ue8m0=packed)
         records.append(bandwidth_record(
             "per_channel_cast", dict(T=t, H=h, in_dtype="torch.bfloat16", num_per_tokens=128, round_sf=packed,
                                      use_packed_ue8m0=packed),
-            lambda packed=packed: tilekiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed,
+            lambda packed=packed: kernelkiln.quant.per_channel_cast(x16, "e4m3", 128, round_sf=packed,
                                                                   use_packed_ue8m0=packed),
             nbytes(x16, q, sf), ceiling))
     write_results(args.out, ceiling, records)

@@ -17,8 +17,8 @@ from bench_foundation import bandwidth_record, nbytes, start, write_results  # n
 
 
 def main():
-    import tilekiln
-    moe = tilekiln.moe
+    import kernelkiln
+    moe = kernelkiln.moe
     args, ceiling = start(__doc__, tokens=16384)
     t, k, h = args.tokens, 8, 7168
     records = []

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
-import tilekiln  # noqa: E402
+import kernelkiln  # noqa: E402
 
 
 def _mxfp4(t, h, packed):
@@ -33,7 +33,7 @@ def _mxfp4(t, h, packed):
 def main():
     args, ceiling = start(__doc__, tokens=16384, hidden=7168, experts=256)
     t, h = args.tokens, args.hidden
-    Q = tilekiln.quant
+    Q = kernelkiln.quant
     records = []
     for packed in (False, True):
         x = _mxfp4(t, h, packed)

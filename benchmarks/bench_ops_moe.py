@@ -16,7 +16,7 @@ from bench_foundation import bandwidth_record, nbytes, start, write_results  # n
 
 
 def main():
-    import tilekiln
+    import kernelkiln
     args, ceiling = start(__doc__, tokens=16384)
     T = args.tokens
     records = []
@@ -29,7 +29,7 @@ def main():
     bias = torch.randn(e, device="cuda") * 0.1
     for scoring in ("sigmoid", "sqrtsoftplus"):
         def gate(scoring=scoring):
-            return tilekiln.moe.top2_sum_gate(logits, bias, 8, 4, 8, False, 0, 2.5, 0, 1, 0, 1, scoring)
+            return kernelkiln.moe.top2_sum_gate(logits, bias, 8, 4, 8, False, 0, 2.5, 0, 1, 0, 1, scoring)
         idx, w = gate()
         record("top2_sum_gate", gate, (logits, bias), (idx, w),
                {"T": T, "E": e, "groups": 8, "topk_groups": 4, "K": 8, "scoring": scoring}, target_us=15)
@@ -39,7 +39,7 @@ def main():
     un = torch.empty(T, 8, dtype=torch.int64, device="cuda")
 
     def full_gate():
-        return tilekiln.moe.top2_sum_gate(logits, bias, 8, 4, 8, True, 1, 2.5, 0, 8, 0, 1, "sigmoid", mask=mask,
+        return kernelkiln.moe.top2_sum_gate(logits, bias, 8, 4, 8, True, 1, 2.5, 0, 8, 0, 1, "sigmoid", mask=mask,
                                           to_physical_map=phys, logical_count=count, unmapped_topk_idx=un)
     idx, w = full_gate()
     record("top2_sum_gate", full_gate, (logits, bias, mask), (idx, w, un),
@@ -47,18 +47,18 @@ def main():
             "ep": 8}, target_us=15)
 
     tw = torch.rand(T, 8, device="cuda")
-    den, out = tilekiln.moe.normalize_weight(tw)
-    record("normalize_weight", lambda: tilekiln.moe.normalize_weight(tw), (tw,), (den, out), {"T": T, "K": 8})
+    den, out = kernelkiln.moe.normalize_weight(tw)
+    record("normalize_weight", lambda: kernelkiln.moe.normalize_weight(tw), (tw,), (den, out), {"T": T, "K": 8})
 
     for dtype in (torch.bfloat16, torch.float32, torch.float8_e4m3fn):
         for b, m, n in ((8, 7168, 4096), (8, 2048, 7168)):
             x = torch.randn(b, m, n, device="cuda").to(dtype)
-            y = tilekiln.transpose.batched_transpose(x)
-            record("batched_transpose", lambda x=x: tilekiln.transpose.batched_transpose(x), (x,), (y,),
+            y = kernelkiln.transpose.batched_transpose(x)
+            record("batched_transpose", lambda x=x: kernelkiln.transpose.batched_transpose(x), (x,), (y,),
                    {"B": b, "M": m, "N": n, "dtype": str(dtype).replace("torch.", "")})
         x = torch.randn(T, 7168, device="cuda").to(dtype)
-        y = tilekiln.transpose.transpose(x)
-        record("transpose", lambda x=x: tilekiln.transpose.transpose(x), (x,), (y,),
+        y = kernelkiln.transpose.transpose(x)
+        record("transpose", lambda x=x: kernelkiln.transpose.transpose(x), (x,), (y,),
                {"M": T, "N": 7168, "dtype": str(dtype).replace("torch.", "")})
 
     write_results(args.out, ceiling, records)

@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
-import tilekiln  # noqa: E402
+import kernelkiln  # noqa: E402
 
 
 def main():
@@ -24,7 +24,7 @@ def main():
     x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
     r = torch.randn(t, h, device="cuda").to(torch.bfloat16)
     w = (1 + 0.1 * torch.randn(h, device="cuda")).to(torch.bfloat16)
-    q = tilekiln.quant
+    q = kernelkiln.quant
 
     out, rstd, _ = q.norm_forward(x, w, 1e-6, with_rstd=True)
     records.append(bandwidth_record("norm_forward", dict(T=t, H=h, dtype="bf16", residual=False),

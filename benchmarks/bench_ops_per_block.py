@@ -16,10 +16,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
-import tilekiln  # noqa: E402
-from tilekiln.torch import cast as ref_cast  # noqa: E402
+import kernelkiln  # noqa: E402
+from kernelkiln.torch import cast as ref_cast  # noqa: E402
 
-Q = tilekiln.quant
+Q = kernelkiln.quant
 
 
 def main():

@@ -18,13 +18,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
-import tilekiln  # noqa: E402
+import kernelkiln  # noqa: E402
 
 
 def main():
     args, ceiling = start(__doc__, tokens=16384, hidden=7168, inter=2048)
     t, h, i = args.tokens, args.hidden, args.inter
-    Q = tilekiln.quant
+    Q = kernelkiln.quant
     records = []
     x = torch.randn(t, h, device="cuda").bfloat16()
     xs = torch.randn(t, 2 * i, device="cuda").bfloat16()
@@ -43,7 +43,7 @@ def main():
                 lambda gm=gm, kw=kw: Q.swiglu_forward_and_per_channel_cast_and_transpose(xs, "e4m3", gm, **kw),
                 nbytes(xs, q, sf), ceiling))
     # FP8 1x128 per-token input (data + fp32 scales), as a forward pass hands it to the weight gradient.
-    x8, x8_sf = tilekiln.quant.per_token_cast(x, "e4m3", 128)
+    x8, x8_sf = kernelkiln.quant.per_token_cast(x, "e4m3", 128)
     pos = torch.randperm(t, device="cuda", dtype=torch.int32)
     for name, xin, g in (("bf16", x, None), ("e4m3 1x128", (x8, x8_sf), 128)):
         for gather in (None, pos):

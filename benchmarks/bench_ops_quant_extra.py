@@ -15,13 +15,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_foundation import bandwidth_record, nbytes, start, write_results  # noqa: E402
 
-import tilekiln  # noqa: E402
+import kernelkiln  # noqa: E402
 
 
 def main():
     args, ceiling = start(__doc__, tokens=16384, hidden=7168)
     t, h = args.tokens, args.hidden
-    Q = tilekiln.quant
+    Q = kernelkiln.quant
     records = []
     x32 = torch.randn(t, h, device="cuda")
     for x in (x32.bfloat16(), x32):

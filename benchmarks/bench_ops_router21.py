@@ -15,7 +15,7 @@ from bench_foundation import bandwidth_record, nbytes, start, write_results  # n
 
 
 def main():
-    import tilekiln
+    import kernelkiln
     args, ceiling = start(__doc__, tokens=16384)
     T, E, K = args.tokens, 256, 8
     records = []
@@ -36,11 +36,11 @@ def main():
     for name, kw, tensors, width in cases:
         shared = width - K
         def fn(kw=kw, shared=shared):
-            return tilekiln.moe.moe_topk_gate_forward(logits, K, shared > 0, shared, 2.5, 0, **kw)
+            return kernelkiln.moe.moe_topk_gate_forward(logits, K, shared > 0, shared, 2.5, 0, **kw)
         idx, w = fn()
         records.append(bandwidth_record(name, {"T": T, "E": E, "K": K, "S": shared}, fn, nbytes(*tensors, idx, w),
                                         ceiling, target_us=15))
-    tilekiln.check_errors()
+    kernelkiln.check_errors()
     write_results(args.out, ceiling, records)
 
 

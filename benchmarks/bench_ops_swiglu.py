@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_foundation import bandwidth_record, copy_ceiling_gbs, nbytes, write_results  # noqa: E402
 
-import tilekiln  # noqa: E402
+import kernelkiln  # noqa: E402
 
 
 def _psum(n_valid, experts, alignment=128):
@@ -47,7 +47,7 @@ def _backward_records(t, i, ceiling):
 
             def fn(g=g, round_sf=round_sf, packed=packed, recompute=recompute, data=data, x_sf=x_sf, psum=psum,
                    dy=dy, w=w):
-                return tilekiln.quant.swiglu_backward_and_per_token_cast(
+                return kernelkiln.quant.swiglu_backward_and_per_token_cast(
                     (data, x_sf), dy, "e4m3", g, psum, w, 2.5, round_sf=round_sf, use_packed_ue8m0=packed,
                     do_recompute=recompute)
             out = fn()
@@ -58,10 +58,10 @@ def _backward_records(t, i, ceiling):
                                    dict(base, x="e4m3", grad="bf16", g=g, round_sf=round_sf, ue8m0=packed,
                                         recompute=recompute), fn, moved, ceiling))
         x = torch.randn(n, 2 * i, device="cuda").to(torch.bfloat16)
-        out = tilekiln.quant.swiglu_backward(x, dy, "bf16", psum, w, 2.5)
+        out = kernelkiln.quant.swiglu_backward(x, dy, "bf16", psum, w, 2.5)
         moved = t * 2 * i * 2 + t * i * 2 + nbytes(w) + nbytes(out[0]) + nbytes(out[1])
         records.append(bandwidth_record("swiglu_backward", dict(base, x="bf16", fmt="bf16"),
-                               lambda x=x, dy=dy, psum=psum, w=w: tilekiln.quant.swiglu_backward(
+                               lambda x=x, dy=dy, psum=psum, w=w: kernelkiln.quant.swiglu_backward(
                                    x, dy, "bf16", psum, w, 2.5), moved, ceiling))
     return records
 
@@ -87,24 +87,24 @@ def main():
         x_bytes = n_valid * 2 * i * 2 + nbytes(w) + (nbytes(psum) if psum is not None else 0)
         base = dict(tokens=t, inter=i, experts=experts, in_dtype="bf16", weights=True)
         for g, round_sf, packed in ((128, False, False), (128, True, True), (32, True, False)):
-            q, sf = tilekiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", g, psum, w, 2.5, round_sf=round_sf,
+            q, sf = kernelkiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", g, psum, w, 2.5, round_sf=round_sf,
                                                                      use_packed_ue8m0=packed)
             moved = x_bytes + n_valid * i + nbytes(sf)
 
             def fn(g=g, round_sf=round_sf, packed=packed, psum=psum, x=x, w=w):
-                tilekiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", g, psum, w, 2.5, round_sf=round_sf,
+                kernelkiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", g, psum, w, 2.5, round_sf=round_sf,
                                                                  use_packed_ue8m0=packed)
             records.append(bandwidth_record("swiglu_forward_and_per_token_cast",
                                    dict(base, fmt="e4m3", g=g, round_sf=round_sf, ue8m0=packed), fn, moved, ceiling))
         counts = torch.zeros(4, dtype=torch.int64, device="cuda")
         records.append(bandwidth_record(
             "swiglu_forward_and_per_token_cast", dict(base, fmt="e4m3", g=128, clamp=10.0, count=True),
-            lambda x=x, w=w, psum=psum: tilekiln.quant.swiglu_forward_and_per_token_cast(
+            lambda x=x, w=w, psum=psum: kernelkiln.quant.swiglu_forward_and_per_token_cast(
                 x, "e4m3", 128, psum, w, 2.5, clamp_value=10.0, clamped_count=counts),
             x_bytes + n_valid * i + n * (i // 128) * 4, ceiling))
         records.append(bandwidth_record(
             "swiglu_forward", dict(base, fmt="bf16"),
-            lambda x=x, w=w, psum=psum: tilekiln.quant.swiglu_forward(x, "bf16", psum, w, 2.5),
+            lambda x=x, w=w, psum=psum: kernelkiln.quant.swiglu_forward(x, "bf16", psum, w, 2.5),
             x_bytes + n_valid * i * 2, ceiling))
     write_results(args.out, ceiling, records)
 

@@ -16,14 +16,14 @@ from bench_foundation import bandwidth_record, nbytes, start, write_results  # n
 
 
 def main():
-    import tilekiln
+    import kernelkiln
     args, ceiling = start(__doc__, tokens=16384)
     t, e, g, k = args.tokens, 256, 8, 4
     records = []
     scores = torch.rand(t, g, e // g, device="cuda")
     for num_topk_sum in (2, 1):
         def fn(num_topk_sum=num_topk_sum):
-            return tilekiln.moe.topk_sum_and_topk_group_idx(scores, num_topk_sum, k)
+            return kernelkiln.moe.topk_sum_and_topk_group_idx(scores, num_topk_sum, k)
         out = fn()
         records.append(bandwidth_record(
             "topk_sum_and_topk_group_idx", {"T": t, "E": e, "groups": g, "topk_groups": k, "topk_sum": num_topk_sum},

@@ -20,8 +20,8 @@ from bench_foundation import bandwidth_record, nbytes, start, write_results  # n
 
 
 def main():
-    import tilekiln
-    Q, M = tilekiln.quant, tilekiln.moe
+    import kernelkiln
+    Q, M = kernelkiln.quant, kernelkiln.moe
     args, ceiling = start(__doc__, tokens=16384)
     T, H, E, K = args.tokens, 7168, 256, 8
     records = []

@@ -1,9 +1,9 @@
 """A/B of kernel stores: the foundation's per_token_cast cases, timed with whichever kernel store the process
-loads (the wheel's, or TILEKILN_KERNEL_DIR for an experiment store built from the same source with one
+loads (the wheel's, or KERNELKILN_KERNEL_DIR for an experiment store built from the same source with one
 build-time change). Run it once per store, alternating, in one device session, so the stores share the
-machine's state; each record carries the label and a bit-exactness check against tilekiln.torch.
+machine's state; each record carries the label and a bit-exactness check against kernelkiln.torch.
 
-    TILEKILN_KERNEL_DIR=<store> python benchmarks/bench_store_ab.py --label minb --out ab.json
+    KERNELKILN_KERNEL_DIR=<store> python benchmarks/bench_store_ab.py --label minb --out ab.json
 """
 import argparse
 import json
@@ -26,14 +26,14 @@ CASES = (  # (fmt, channels per scale, options): the foundation's bf16 per_token
 
 
 def main():
-    import tilekiln
+    import kernelkiln
     p = argparse.ArgumentParser()
     p.add_argument("--label", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--rows", type=int, default=None, help="rows per thread of bf16 input (the store must hold them)")
     args = p.parse_args()
     if args.rows:
-        from tilekiln.quant import _per_token
+        from kernelkiln.quant import _per_token
         _per_token.ROWS.update({("bfloat16", "e4m3"): args.rows, ("bfloat16", "e2m1"): args.rows})
         _per_token._plans.clear()
     torch.manual_seed(0)
@@ -42,15 +42,15 @@ def main():
     ceiling = records[0]["bandwidth_gbs"]
     for fmt, g, opts in CASES:
         try:
-            q, sf = tilekiln.quant.per_token_cast(x, fmt, g, **opts)
-        except tilekiln.MissingSpecializationError:  # an experiment store may hold only some of the cases
+            q, sf = kernelkiln.quant.per_token_cast(x, fmt, g, **opts)
+        except kernelkiln.MissingSpecializationError:  # an experiment store may hold only some of the cases
             print(f"{args.label}: {fmt} g={g} {opts} not in this store, skipped", flush=True)
             continue
-        ref_q, ref_sf = tilekiln.torch.cast(x, fmt, (1, g), **opts)
+        ref_q, ref_sf = kernelkiln.torch.cast(x, fmt, (1, g), **opts)
         exact = torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8)) and torch.equal(
             sf.contiguous().view(torch.uint8), ref_sf.contiguous().view(torch.uint8))
         moved = x.numel() * x.element_size() + q.numel() * q.element_size() + sf.numel() * sf.element_size()
-        t = graph_time_us(lambda: tilekiln.quant.per_token_cast(x, fmt, g, **opts))
+        t = graph_time_us(lambda: kernelkiln.quant.per_token_cast(x, fmt, g, **opts))
         records.append({"name": "per_token_cast", "label": args.label, "rows": args.rows, "fmt": fmt, "g": g, **opts,
                         "time_us": round(t, 2), "pct_of_copy": round(100 * moved / t / 1e3 / ceiling, 1),
                         "bit_exact": exact})

@@ -1,6 +1,6 @@
 """Tuning sweep (manifests/experiment-rows.toml): per_token_cast rows per thread.
 
-    TILEKILN_KERNEL_DIR=<store built from the experiment manifest> python benchmarks/bench_tuning.py --out t.json
+    KERNELKILN_KERNEL_DIR=<store built from the experiment manifest> python benchmarks/bench_tuning.py --out t.json
 """
 import argparse
 import json
@@ -11,8 +11,8 @@ from bench_foundation import copy_ceiling_gbs, graph_time_us
 
 
 def main():
-    import tilekiln
-    from tilekiln.quant import _per_token
+    import kernelkiln
+    from kernelkiln.quant import _per_token
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     args = p.parse_args()
@@ -26,11 +26,11 @@ def main():
         _per_token.ROWS.update({("bfloat16", "e4m3"): rows, ("bfloat16", "e2m1"): rows})  # (dtype name, fmt)
         _per_token._plans.clear()
         for fmt, g, opts in cases:
-            q, sf = tilekiln.quant.per_token_cast(x, fmt, g, **opts)
-            ref = tilekiln.torch.cast(x, fmt, (1, g), **opts)
+            q, sf = kernelkiln.quant.per_token_cast(x, fmt, g, **opts)
+            ref = kernelkiln.torch.cast(x, fmt, (1, g), **opts)
             exact = torch.equal(q.view(torch.uint8), ref[0].view(torch.uint8)) and torch.equal(sf, ref[1])
             moved = x.numel() * x.element_size() + q.numel() * q.element_size() + sf.numel() * sf.element_size()
-            t = graph_time_us(lambda: tilekiln.quant.per_token_cast(x, fmt, g, **opts))
+            t = graph_time_us(lambda: kernelkiln.quant.per_token_cast(x, fmt, g, **opts))
             rec.append({"name": "per_token_cast", "rows": rows, "fmt": fmt, "g": g, **opts, "time_us": round(t, 2),
                         "pct_of_copy": round(100 * moved / t / 1e3 / ceiling, 1), "bit_exact": exact})
             print(json.dumps(rec[-1]))

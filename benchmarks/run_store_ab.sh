@@ -16,7 +16,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     rows=()
     [[ $label =~ -r([0-9]+)$ ]] && rows=(--rows "${BASH_REMATCH[1]}")
     env_dir=()
-    [ "$label" != base ] && env_dir=(TILEKILN_KERNEL_DIR="$store")
+    [ "$label" != base ] && env_dir=(KERNELKILN_KERNEL_DIR="$store")
     echo "== round $round: $label"
     env "${env_dir[@]}" PYTHONPATH=/tmp/tk-site python3 "$here/bench_store_ab.py" --label "$label" "${rows[@]}" \
       --out "$OUT/ab/$label-$round.json" 2>&1 | tail -n 8

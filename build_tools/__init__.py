@@ -1,4 +1,4 @@
-"""TileKiln's ahead-of-time compiler: manifest -> lower (TileLang) -> nvcc -> cubin + launch spec.
+"""KernelKiln's ahead-of-time compiler: manifest -> lower (TileLang) -> nvcc -> cubin + launch spec.
 
-Build time only. Nothing under python/tilekiln imports this package.
+Build time only. Nothing under python/kernelkiln imports this package.
 """

@@ -7,7 +7,7 @@
   python -m build_tools build   ... --shard i/n   (a deterministic slice, for a CI matrix)
   python -m build_tools merge   --out-dir O STORE [STORE ...]   (combine shard stores; conflicts fail)
   python -m build_tools nvcc    --arch A --cu K.cu --out K.cubin [--include -I...]  (one cached compile)
-  python -m build_tools check-store --store S [--arches ...]   (verify a prebuilt store: TILEKILN_PREBUILT_STORE)
+  python -m build_tools check-store --store S [--arches ...]   (verify a prebuilt store: KERNELKILN_PREBUILT_STORE)
 
 --preset NAME instead of --manifest M takes manifests/presets/NAME.toml (e.g. deepseek-v3, kimi-k2).
 `build` shows live progress (one redrawn line on a TTY, a line every 10 s in logs) and a summary; a failed

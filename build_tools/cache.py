@@ -6,7 +6,7 @@ versions and the nvcc flags. A rebuild in another directory, a CMake wheel build
 and ``python -m build_tools build`` all share one cache, so an unchanged kernel is
 lowered and compiled once per machine. Writes are atomic (temp file + rename).
 
-Location: $TILEKILN_BUILD_CACHE, else ~/.cache/tilekiln/build; TILEKILN_BUILD_CACHE=off disables it.
+Location: $KERNELKILN_BUILD_CACHE, else ~/.cache/kernelkiln/build; KERNELKILN_BUILD_CACHE=off disables it.
 """
 import functools
 import hashlib
@@ -23,10 +23,10 @@ _SHARED_SOURCES = ("build_tools/spec.py", "build_tools/lower.py")
 
 
 def cache_dir():
-    configured = os.environ.get("TILEKILN_BUILD_CACHE")
+    configured = os.environ.get("KERNELKILN_BUILD_CACHE")
     if configured == "off":
         return None
-    return Path(configured) if configured else Path.home() / ".cache" / "tilekiln" / "build"
+    return Path(configured) if configured else Path.home() / ".cache" / "kernelkiln" / "build"
 
 
 @functools.cache

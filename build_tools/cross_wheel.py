@@ -1,9 +1,9 @@
 """An aarch64 wheel from the x86_64 one: same cubins, index and Python code, the launch shim
 cross-compiled for aarch64 with zig's C compiler (pip package ``ziglang``, pinned in noxfile.py).
 
-    python -m build_tools.cross_wheel dist/tilekiln-*-x86_64.whl --out dist --arch aarch64 --manylinux 2_28
+    python -m build_tools.cross_wheel dist/kernelkiln-*-x86_64.whl --out dist --arch aarch64 --manylinux 2_28
 
-Why this is sound: the wheel is ``py3-none`` and its only native file is ``libtilekiln_launch.so``,
+Why this is sound: the wheel is ``py3-none`` and its only native file is ``libkernelkiln_launch.so``,
 which links nothing (not even libc symbols it does not need), so it is the one piece to rebuild; the
 cubins do not depend on the host CPU. ``auditwheel repair`` only retags wheels of the host's arch, so
 with ``--manylinux`` the ``linux_<arch>`` wheel is checked with ``auditwheel show`` (which reads any
@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-SHIM = "tilekiln/_runtime/libtilekiln_launch.so"
+SHIM = "kernelkiln/_runtime/libkernelkiln_launch.so"
 ZIG_TARGETS = {"aarch64": "aarch64-linux-gnu.2.28"}  # glibc 2.28 = manylinux_2_28
 ROOT = Path(__file__).resolve().parent.parent
 

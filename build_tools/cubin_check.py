@@ -1,6 +1,6 @@
 """Inspect and validate ahead-of-time compiled cubins against a launch spec.
 
-TileKiln ships cubins together with a JSON launch spec.  This module reads a
+KernelKiln ships cubins together with a JSON launch spec.  This module reads a
 cubin with ``cuobjdump`` (no GPU needed) and checks that what the spec says
 about each kernel -- symbol name, target architecture, parameter layout,
 shared memory budget -- matches what ptxas actually produced, and flags
@@ -66,7 +66,7 @@ __all__ = [
     "normalize_arch",
 ]
 
-ENV_VAR = "TILEKILN_CUOBJDUMP"
+ENV_VAR = "KERNELKILN_CUOBJDUMP"
 DIST_NAME = "nvidia-cuda-cuobjdump"
 _INSTALL_HINT = f"pip install {DIST_NAME}"
 
@@ -138,7 +138,7 @@ def _cuobjdump_from_cuda_install() -> Optional[str]:
 def find_cuobjdump() -> str:
     """Return the path of a usable ``cuobjdump`` binary.
 
-    Order: ``$TILEKILN_CUOBJDUMP`` (must exist if set), ``PATH``, the installed
+    Order: ``$KERNELKILN_CUOBJDUMP`` (must exist if set), ``PATH``, the installed
     ``nvidia-cuda-cuobjdump`` pip distribution, then (last resort) the CUDA
     install that provides ``nvcc``.  Raises FileNotFoundError otherwise.
     """

@@ -99,7 +99,7 @@ def _write_index(out_dir, index):
 def _write_runtime_index(out_dir, index):
     """The loader's view, split so a first call parses only its op: runtime/<op>.<arch>.json (compact, no
     build-only fields) and runtime/summary.json. Parsing the whole 2 MB index.json cold took ~100 ms in a cProfile on the
-    2-core CPU build machine (a GC pass during the parse; see tilekiln/_runtime/artifacts.py)."""
+    2-core CPU build machine (a GC pass during the parse; see kernelkiln/_runtime/artifacts.py)."""
     folder = out_dir / "runtime"
     if folder.exists():
         shutil.rmtree(folder)
@@ -146,7 +146,7 @@ def merge(stores, out_dir, log=print):
 
 
 def check_store(store, arches=None):
-    """Verify a prebuilt store (TILEKILN_PREBUILT_STORE): its index format, every cubin present with the
+    """Verify a prebuilt store (KERNELKILN_PREBUILT_STORE): its index format, every cubin present with the
     indexed sha256 and size, and (if given) that it holds every requested arch. Returns the index."""
     path = Path(store) / "index.json"
     if not path.is_file():

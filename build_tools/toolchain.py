@@ -2,7 +2,7 @@
 
 No system CUDA is required: the pinned ``nvidia-cuda-nvcc`` / ``nvidia-cuda-cccl``
 wheels (build requirements in pyproject.toml) provide nvcc. Search order:
-$TILEKILN_NVCC, the nvidia-cuda-nvcc distribution, $CUDA_HOME/bin/nvcc, PATH.
+$KERNELKILN_NVCC, the nvidia-cuda-nvcc distribution, $CUDA_HOME/bin/nvcc, PATH.
 """
 import functools
 import importlib.metadata
@@ -32,7 +32,7 @@ def _from_distribution(dist, suffix):
 @functools.cache
 def find_nvcc():
     candidates = [
-        os.environ.get("TILEKILN_NVCC"),
+        os.environ.get("KERNELKILN_NVCC"),
         _from_distribution("nvidia-cuda-nvcc", "bin/nvcc"),
         os.path.join(os.environ["CUDA_HOME"], "bin", "nvcc") if os.environ.get("CUDA_HOME") else None,
         shutil.which("nvcc"),
@@ -41,7 +41,7 @@ def find_nvcc():
         if c and os.path.exists(c):
             return c
     raise FileNotFoundError("nvcc not found: pip install nvidia-cuda-nvcc==13.0.88 nvidia-cuda-cccl==13.0.85, "
-                            "or set TILEKILN_NVCC")
+                            "or set KERNELKILN_NVCC")
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-/* Native launch helper of the TileKiln runtime (optional: the loader falls back to pure ctypes).
+/* Native launch helper of the KernelKiln runtime (optional: the loader falls back to pure ctypes).
  *
  * It links nothing but libc: no libcuda (the caller passes cuLaunchKernelEx's address), no libtorch, no
  * CPython ABI, so one build serves every Python and torch version. Per call it builds the

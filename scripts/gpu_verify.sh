@@ -35,7 +35,7 @@ device)
   # A fresh --target dir on the image's python3 (which holds torch; it is itself a venv, so a
   # --system-site-packages venv would not see torch). Nothing else of ours is importable.
   rm -rf /tmp/tk-site /tmp/tk-src && mkdir -p /tmp/tk-src
-  python3 -m pip install -q --no-index --no-deps --target /tmp/tk-site .gpu-carry/tilekiln-*.whl
+  python3 -m pip install -q --no-index --no-deps --target /tmp/tk-site .gpu-carry/kernelkiln-*.whl
   tar -xf .gpu-carry/src.tar -C /tmp/tk-src && cd /tmp/tk-src  # tests + benchmarks of the wheel's commit
   export PYTHONPATH=/tmp/tk-site
   PY=python3
@@ -43,8 +43,8 @@ device)
 import importlib.util, shutil
 assert importlib.util.find_spec("tilelang") is None, "tilelang must not be installed on the GPU machine"
 assert importlib.util.find_spec("tvm") is None, "tvm must not be installed on the GPU machine"
-import tilekiln, torch
-print("tilekiln from", tilekiln.__file__, "kernels:", len(tilekiln.list_kernels()),
+import kernelkiln, torch
+print("kernelkiln from", kernelkiln.__file__, "kernels:", len(kernelkiln.list_kernels()),
       "device:", torch.cuda.get_device_name(), "nvcc on PATH:", shutil.which("nvcc"))
 PY
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
@@ -65,7 +65,7 @@ PY
     for ((j = i; j < ${#all_files[@]}; j += nproc_tests)); do files+=("${all_files[$j]}"); done
     [ ${#files[@]} -gt 0 ] || continue
     # (rc kept explicitly: under set -e a failing pytest would end the subshell before the rc line)
-    (rc=0; TILEKILN_TEST_INSTALLED=1 timeout -s INT "${GPU_TEST_TIMEOUT_S:-1800}" \
+    (rc=0; KERNELKILN_TEST_INSTALLED=1 timeout -s INT "${GPU_TEST_TIMEOUT_S:-1800}" \
         $PY -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider --maxfail=200 \
         --junitxml="$work/gpu_tests_$i.xml" ${PYTEST_ARGS:-} > "$work/gpu_tests_$i.log" 2>&1 || rc=$?
      echo "group $i rc=$rc files: ${files[*]}" >> "$work/gpu_tests_$i.log") &
@@ -91,7 +91,7 @@ PY
   for b in ${PROFILE_BENCHES:-}; do
     name=$(basename "$b" .py) left=$((deadline - SECONDS))
     if [ "$left" -lt 30 ]; then echo "PROFILE SKIPPED (time budget spent): $b"; continue; fi
-    TILEKILN_PROFILE_LABELS="$work/profile/$name.labels.jsonl" \
+    KERNELKILN_PROFILE_LABELS="$work/profile/$name.labels.jsonl" \
     timeout "$left" ncu --clock-control none --profile-from-start off \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
         --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum \

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-# Run against the source tree unless an installed tilekiln is requested (the GPU script sets it).
-if os.environ.get("TILEKILN_TEST_INSTALLED") != "1":
+# Run against the source tree unless an installed kernelkiln is requested (the GPU script sets it).
+if os.environ.get("KERNELKILN_TEST_INSTALLED") != "1":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 # Shared test helpers (tests/bitwise.py) import as top-level modules.

@@ -1,7 +1,7 @@
 """Scalar numerics shared by the quantization kernels (TIR expression builders).
 
 Each helper returns a TIR expression; the rules are OPERATORS.md §2.1/§2.2 and
-are mirrored bit for bit by ``tilekiln.torch.quant``.
+are mirrored bit for bit by ``kernelkiln.torch.quant``.
 """
 import tilelang.language as T
 

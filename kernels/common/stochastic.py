@@ -2,7 +2,7 @@
 
 Used by ``quant.cast(..., stochastic_rounding=True)`` and meant for
 ``per_token_cast(..., stochastic_cast=True)``. Mirrored bit for bit by
-``tilekiln.torch.stochastic``.
+``kernelkiln.torch.stochastic``.
 
 Random bits
     Per quad of 4 consecutive fp32 values v0..v3 (after any scaling) at quad
@@ -20,7 +20,7 @@ the operands ordered so the packed result is in memory order)
     * e4m3:  v0 and v1 use ``r0 & 0xFFFF``, v2 and v3 use ``r0 >> 16``
       (``cvt.rs.satfinite.e4m3x4.f32 d, {v3, v2, v1, v0}, r0``: "lower 16 bits for e, f").
 
-Rounding with 16 random bits r (the definition TileKiln implements)
+Rounding with 16 random bits r (the definition KernelKiln implements)
     Let u be the output ulp at |v| (for e4m3 below 2**-6 the subnormal step 2**-9),
     k = floor(|v| / u), f = |v| / u - k in [0, 1). The magnitude rounds away from
     zero, to (k + 1) u, exactly when f + r / 2**16 >= 1, i.e. when adding r aligned

@@ -24,7 +24,7 @@ PARAM_NAMES = ("experts_per_lane",)
 AUX, VEC4 = 1, 2  # flags
 # The shared row is private to its warp: __syncwarp orders it, not TileLang's CTA-wide barriers.
 PASS_CONFIGS = {**THREAD_LEVEL, "tl.disable_thread_storage_sync": True}
-# sqrt_softplus_grad's polynomial for u = s*s < 1 (highest degree first), as python/tilekiln/torch/moe_router.py
+# sqrt_softplus_grad's polynomial for u = s*s < 1 (highest degree first), as python/kernelkiln/torch/moe_router.py
 POLY = (0.000129130945, -0.00130112655, 0.00827621203, -0.041647464, 0.166663632, -0.499999821)
 
 

@@ -2,7 +2,7 @@
 
 One CTA per token; thread tx holds the 16-byte chunks ``c = j * 128 + tx`` of a row segment
 (CPT chunks, 64 fp32 accumulators per thread). Numerics (mirrored by
-``tilekiln.torch.fused.reduce_fused``): ``acc = +0``; for k = 0..K-1 with pos_k >= 0,
+``kernelkiln.torch.fused.reduce_fused``): ``acc = +0``; for k = 0..K-1 with pos_k >= 0,
 ``s = w_k`` (1 without weights), ``s = s * x_sf[pos_k]`` (with per-row scales), then
 ``acc = fma(float(x[pos_k]), s, acc)`` (one rounding, ``__fmaf_rn``). Finally ``acc * sf``
 (sf = 1.0 when absent, an exact identity) and a cast: RNE to bf16, or saturating RNE to e4m3.

@@ -12,7 +12,7 @@ so every warp load/store is one contiguous run. All loads are issued before any
 conversion (UNROLL x 16 bytes in flight per thread). A chunk that is not fully
 inside n takes a per-element (RNE) or per-quad (stochastic) guarded path.
 
-Numerics (bit-exact with ``tilekiln.torch.stochastic.cast_dtype``):
+Numerics (bit-exact with ``kernelkiln.torch.stochastic.cast_dtype``):
   * stochastic: ``kernels/common/stochastic.py`` on every arch.
   * RNE fp32/e4m3 -> bf16 is integer RNE on the fp32 bits (canonical NaN 0x7FFF,
     overflow -> inf); -> e4m3 is the saturating cvt (inf -> 448) with NaN -> 0x7F;

@@ -1,7 +1,7 @@
 """cast_back: dequantization of e4m3 / packed e2m1 data with block scales (OPERATORS.md §3.2).
 
 out = decode(q) * sf[block] in fp32, rounded once to the output dtype (bf16 RNE or fp32),
-exactly like tilekiln.torch.cast_back.
+exactly like kernelkiln.torch.cast_back.
 
 Compile-time (one cubin each): data format, output dtype, and whether the block is
 per-channel (g == 1: one scale per element column) or g >= 16 (one scale per

@@ -12,7 +12,7 @@ Two launches instead of the peer's cooperative grid sync (which also rules out P
 Thread layout of a row as in norm_forward: thread tx holds the 16-byte chunks
 ``k = c * THREADS + tx``, c = 0..MAXC-1.
 
-Numerics (mirrored bit for bit by tilekiln.torch.norm.norm_backward_ref); every step is
+Numerics (mirrored bit for bit by kernelkiln.torch.norm.norm_backward_ref); every step is
 one IEEE-rounded fp32 operation (__fmul_rn, __fadd_rn, __fsub_rn, __fdiv_rn, no FMA):
 * ``xh = x * rstd``; ``g = dy * wf`` with ``wf = w * out_scale`` (``out_scale`` without weight);
 * ``dot``: per thread ``dot += xh * g`` over chunks c then elements, from +0; xor butterfly

@@ -5,7 +5,7 @@ OPERATORS.md §3.2 and §4 item 10. One CTA per row (grid = (tokens, batch)); th
 so a warp's loads are coalesced and the chunks of one 32-channel scale block sit on
 32/VEC consecutive lanes.
 
-Numerics (mirrored bit for bit by tilekiln.torch.norm):
+Numerics (mirrored bit for bit by kernelkiln.torch.norm):
 * residual: ``x = round_to_x_dtype(float(x) + float(residual))``, stored as residual_out.
 * sum of squares, in this fixed order: each thread adds ``v*v`` (rounded product, then
   rounded add: __fmul_rn/__fadd_rn, never an FMA) over its chunks c = 0..MAXC-1 and the

@@ -1,6 +1,6 @@
 """per_block_cast_lossless: exact MXFP4 (e2m1 + power-of-two scales) -> e4m3 with coarser blocks.
 
-Numerics (OPERATORS.md §3.2, mirrored by tilekiln.torch.quant_lossless): every scale is a
+Numerics (OPERATORS.md §3.2, mirrored by kernelkiln.torch.quant_lossless): every scale is a
 biased exponent byte e (fp32 bits >> 23, or the UE8M0 byte). An output block's exponent is
 E = max(0, max(e over its input blocks) - 6) and every value is multiplied by 2^(e - E).
 With e - E in [-5, 6] the product of an e2m1 value (0, 0.5 .. 6) is an e4m3 normal (or zero)
@@ -42,7 +42,7 @@ ROW_STEP = THREADS // 4  # 4 chunks of 32 channels per row
 SLOTS = TILE_ROWS // ROW_STEP  # rows per thread: s * ROW_STEP + tx // 4
 WARPS = THREADS // 32
 SF_FP32, SF_UE8M0 = 0, 1
-ERR_SPREAD, ERR_NOT_POW2 = 1, 2  # err[0] codes (tilekiln/quant/_lossless.py)
+ERR_SPREAD, ERR_NOT_POW2 = 1, 2  # err[0] codes (kernelkiln/quant/_lossless.py)
 
 
 def invalid_reason(p):

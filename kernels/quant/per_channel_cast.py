@@ -13,7 +13,7 @@ channel block g (e4m3 input only: 32 or 128; 0 for bf16/fp32) and the row mode:
     all-zero row (its data is 0 and it cannot raise its block's amax), rows >= num_rows absent.
 Pre-quantized e4m3 input (with fp32 scales x_sf[t, c // g] at runtime strides, so row-major,
 column-major and token-sliced column-major all work): the amax is taken over data * x_sf and
-the data is scaled by the one product x_sf * sf_inv (OPERATORS.md §2.1), as tilekiln.torch.cast
+the data is scaled by the one product x_sf * sf_inv (OPERATORS.md §2.1), as kernelkiln.torch.cast
 does. The amax is per column over rows that each have their own x_sf: |d * s| element by element
 (a first version took each row's max over the thread's 16 columns, wrong for every column but
 that row's largest; the H200 tests caught it).

@@ -219,7 +219,7 @@ def build(p, arch):
         num_col_blocks: T.int32,
     ):
         # Grid order: CTAs launched one after another cover the column blocks of the same rows for the staged FP8
-        # cast (row blocks in y, so at most 65535 of them: python/tilekiln/quant/_per_token.py launches longer
+        # cast (row blocks in y, so at most 65535 of them: python/kernelkiln/quant/_per_token.py launches longer
         # inputs in chunks). 83.4-83.9 us, 99.7-100.1 % of copy, against 88.8-89.2 us with row blocks fastest
         # (e4m3 1x128, fp32 scales, row-major or column-major alike; A/B in
         # benchmarks/results/2026-12-01-a617b1c9a5/extra/ab-swapgrid). Why this order is faster was not profiled.

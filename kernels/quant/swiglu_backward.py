@@ -2,7 +2,7 @@
 
 Per element, with a = gate (left half of x [N, 2I]), u = up (right half), dy =
 act_x_grad and w_eff = w * rsf (1 without weights), each fp32 step one IEEE-rounded
-intrinsic in the order of ``tilekiln.torch.swiglu.swiglu_backward`` (no FMA
+intrinsic in the order of ``kernelkiln.torch.swiglu.swiglu_backward`` (no FMA
 contraction can change it):
 
     clamp (flags from the unclamped values): a <= c; -c <= u <= c

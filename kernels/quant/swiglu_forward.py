@@ -4,7 +4,7 @@ y = silu(min(g, c)) * clamp(u, -c, c) * (w * rsf) in fp32, gate g = left half of
 each row of x [N, 2I], up u = right half; then either stored as bf16/fp32 or
 per-token quantized to e4m3 (1 x g blocks) exactly like per_token_cast of the
 fp32 y. Each fp32 step is one IEEE-rounded intrinsic, in the order of
-``tilekiln.torch.swiglu.swiglu_forward`` (no FMA contraction can change it):
+``kernelkiln.torch.swiglu.swiglu_forward`` (no FMA contraction can change it):
 
     e = expf(-g); d = 1 + e; s = g / d; y = s * u; y = y * w_eff;  w_eff = w * rsf
 

@@ -28,7 +28,7 @@ Each thread moves ``vectors_per_thread`` 16-byte vectors in and out, so the CTA
 has tile_bytes / 16 / vectors_per_thread threads. Fewer, fuller threads mean
 more bytes in flight per thread and smaller CTAs, whose barrier waits on fewer
 loads (the 256-thread fp32 CTAs of 4 vectors reached only 61-73% of copy
-bandwidth on the H200; see python/tilekiln/transpose/_transpose.py:VECTORS for
+bandwidth on the H200; see python/kernelkiln/transpose/_transpose.py:VECTORS for
 the measured choice per width).
 
 Compile-time: element width, the load width and vectors per thread. Runtime:
@@ -42,7 +42,7 @@ PARAM_NAMES = ("elem_bytes", "wide_loads", "vectors_per_thread")
 PASS_CONFIGS = THREAD_LEVEL
 TILE = 64
 # 16-byte vectors per thread, the H200-measured choice per element width; it must match
-# python/tilekiln/transpose/_transpose.py:VECTORS (the measurements are there). Only these
+# python/kernelkiln/transpose/_transpose.py:VECTORS (the measurements are there). Only these
 # variants are valid, so a manifest need not name the parameter (PARAM_DEFAULTS fills it in).
 TUNED_VECTORS = {1: 4, 2: 4, 4: 8}
 PARAM_DEFAULTS = {"vectors_per_thread": sorted(set(TUNED_VECTORS.values()))}

@@ -54,7 +54,7 @@ def test_launch_specs_are_in_device_order(subset_store):
 @needs_toolchain
 def test_two_shards_and_merge_are_byte_identical_to_one_build(subset_store, tmp_path):
     """Reproducibility: other directories, no build cache, 2 shards + merge == one build, byte for byte."""
-    env = dict(os.environ, TILEKILN_BUILD_CACHE="off")
+    env = dict(os.environ, KERNELKILN_BUILD_CACHE="off")
     shards = []
     for i in range(2):
         out = tmp_path / f"shard{i}" / "kernels"
@@ -96,7 +96,7 @@ def test_runtime_index_is_split_per_op_and_arch(subset_store):
         match = [e for e in entries if e["key"] == v["key"]]
         assert len(match) == 1 and match[0]["sha256"] == v["sha256"] and match[0]["spec"] == v["spec"]
     sys.path.insert(0, str(ROOT / "python"))
-    from tilekiln._runtime.artifacts import KernelStore
+    from kernelkiln._runtime.artifacts import KernelStore
     s = KernelStore(subset_store)
     s._device_arch[0] = "sm_90a"  # no GPU here: pretend device 0 is an H100/H200
     entry = next(v for v in index["variants"] if v["op"] == "topk_gate" and v["arch"] == "sm_90a")

@@ -1,4 +1,4 @@
-"""TILEKILN_PREBUILT_STORE: the CMake build packages a store built beforehand (CI: shards + merge), verified
+"""KERNELKILN_PREBUILT_STORE: the CMake build packages a store built beforehand (CI: shards + merge), verified
 by `build_tools check-store`, with no lowering and no nvcc; the JIT build sources go into the wheel too."""
 import hashlib
 import json
@@ -45,7 +45,7 @@ def test_check_store_accepts_a_good_store_and_rejects_damage(tmp_path):
 
 def _cmake(store, build, prefix=None):
     cfg = subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={NINJA}",
-                          f"-DTILEKILN_PREBUILT_STORE={store}", f"-DPython_EXECUTABLE={sys.executable}"],
+                          f"-DKERNELKILN_PREBUILT_STORE={store}", f"-DPython_EXECUTABLE={sys.executable}"],
                          capture_output=True, text=True)
     if cfg.returncode or prefix is None:
         return cfg
@@ -58,11 +58,11 @@ def test_cmake_packages_the_prebuilt_store_without_compiling(tmp_path):
     store = _fake_store(tmp_path / "merged")
     r = _cmake(store, tmp_path / "build", tmp_path / "inst")
     assert r.returncode == 0, r.stdout + r.stderr
-    kernels = tmp_path / "inst" / "tilekiln" / "_kernels"
+    kernels = tmp_path / "inst" / "kernelkiln" / "_kernels"
     assert (kernels / "index.json").read_bytes() == (store / "index.json").read_bytes()
     assert sorted(p.name for p in kernels.glob("*.cubin")) == ["op-1.sm_100a.cubin", "op-1.sm_90a.cubin"]
     assert not (tmp_path / "build" / "gen").exists() and not (tmp_path / "build" / "plan.cmake").exists()
-    jit_src = tmp_path / "inst" / "tilekiln" / "_jit_src"
+    jit_src = tmp_path / "inst" / "kernelkiln" / "_jit_src"
     assert (jit_src / "build_tools" / "__main__.py").is_file() and (jit_src / "kernels" / "quant").is_dir()
     assert not [p for p in jit_src.rglob("*") if p.is_file() and p.suffix != ".py"], "Python files only"
 

@@ -1,4 +1,4 @@
-"""index.json records which model presets a kernel store covers; `tilekiln info` prints it."""
+"""index.json records which model presets a kernel store covers; `kernelkiln info` prints it."""
 import sys
 from pathlib import Path
 

@@ -45,7 +45,7 @@ def test_model_shape_table(name):
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_topk_gate_shapes_pass_checks_and_select_preset_variants(name):
-    from tilekiln.moe import _topk
+    from kernelkiln.moe import _topk
     m = _model(name)
     e, k = m["experts"], m["topk"]
     with pytest.raises(ValueError, match=CUDA_ONLY):
@@ -66,7 +66,7 @@ _SF_FLAGS = {"fp32": {}, "ue8m0": {"round_sf": True, "use_packed_ue8m0": True}, 
 
 @pytest.mark.parametrize("name", PRESETS)
 def test_per_token_cast_hidden_size_passes_checks(name):
-    from tilekiln.quant import _per_token
+    from kernelkiln.quant import _per_token
     m = _model(name)
     _, variants = manifest.load(PRESET_DIR / f"{name}.toml")
     plain = [v.as_dict() for v in variants if v.op == "per_token_cast" and v.as_dict()["in_sf_kind"] == "none"

@@ -1,18 +1,18 @@
 """The v1 auxiliary MoE kernels and the 2.1 router backward on the GPU.
 
 group_count, aux_fi, mask_indices_by_tp and inplace_unique_group_indices are integer-exact: bit-identical to
-tilekiln.torch (run on CPU copies) for every shape, dtype and special id (-1, ids >= the bin count, negative
+kernelkiln.torch (run on CPU copies) for every shape, dtype and special id (-1, ids >= the bin count, negative
 ids, repeats). moe_topk_gate_backward is deterministic but sums in a different order than torch: compared
 within 1e-5 relative, and run to run bit for bit.
 """
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import moe_router as R
+import kernelkiln
+from kernelkiln.torch import moe_router as R
 
 pytestmark = pytest.mark.gpu
-M = tilekiln.moe
+M = kernelkiln.moe
 
 
 def _ids(t, k, hi, lo=-1):
@@ -56,7 +56,7 @@ def test_histograms_strided_rows_one_bin_and_empty(seed):
 
 def test_histograms_are_graph_capturable_and_repeatable(seed):
     ids = _ids(16384, 8, 256)
-    tilekiln.preload(["id_histogram"])
+    kernelkiln.preload(["id_histogram"])
     first = M.aux_fi(ids, 256, 8)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-import tilekiln
+import kernelkiln
 
-moe = tilekiln.moe
+moe = kernelkiln.moe
 
 
 def _map(t=4, k=2):

@@ -1,10 +1,10 @@
-"""Dispatch/combine on the GPU: bit-identical to tilekiln.torch.fused (mapping slot order included)."""
+"""Dispatch/combine on the GPU: bit-identical to kernelkiln.torch.fused (mapping slot order included)."""
 import pytest
 import torch
 
-import tilekiln
-from tilekiln import config
-from tilekiln.torch import fused as ref
+import kernelkiln
+from kernelkiln import config
+from kernelkiln.torch import fused as ref
 
 pytestmark = pytest.mark.gpu
 
@@ -17,7 +17,7 @@ def _routing(t, k, e, masked=0.1):
 
 
 def _check_mapping(idx, e, n, align, force_no_sync=False):
-    got = tilekiln.moe.get_fused_mapping(idx, e, n, align, force_no_sync)
+    got = kernelkiln.moe.get_fused_mapping(idx, e, n, align, force_no_sync)
     want = ref.get_fused_mapping(idx.cpu(), e, n, align, force_no_sync, num_sms=config.get_num_sms())
     for g, w in zip(got[:7], want[:7]):
         assert g.dtype == torch.int32 and g.shape == w.shape
@@ -55,8 +55,8 @@ def test_mapping_sm_count_and_edge_routings(seed):
 
 def test_mapping_is_deterministic(seed):
     idx = _routing(16384, 8, 256)
-    a = tilekiln.moe.get_fused_mapping(idx, 256, 200000, 128)
-    b = tilekiln.moe.get_fused_mapping(idx, 256, 200000, 128)
+    a = kernelkiln.moe.get_fused_mapping(idx, 256, 200000, 128)
+    b = kernelkiln.moe.get_fused_mapping(idx, 256, 200000, 128)
     assert all(torch.equal(x, y) for x, y in zip(a[:7], b[:7]))
 
 
@@ -65,13 +65,13 @@ def test_mapping_is_deterministic(seed):
 def test_expand_bitwise(seed, dtype, h):
     t, k, e = 513, 8, 32
     idx = _routing(t, k, e)
-    p2e, _, _, t2p, *_ = tilekiln.moe.get_fused_mapping(idx, e, 0, 128)
+    p2e, _, _, t2p, *_ = kernelkiln.moe.get_fused_mapping(idx, e, 0, 128)
     x = (torch.randn(t, h, device="cuda") * 4).to(dtype)
-    out = tilekiln.moe.expand_to_fused(x, t2p, p2e)
+    out = kernelkiln.moe.expand_to_fused(x, t2p, p2e)
     want = ref.expand_to_fused(x, t2p, p2e)
     assert out.dtype == dtype and torch.equal(out.view(torch.uint8), want.view(torch.uint8))
     xs = torch.randn(t, 2 * h, device="cuda").to(dtype)[:, :h]  # strided rows
-    assert torch.equal(tilekiln.moe.expand_to_fused(xs, t2p, p2e).view(torch.uint8),
+    assert torch.equal(kernelkiln.moe.expand_to_fused(xs, t2p, p2e).view(torch.uint8),
                        ref.expand_to_fused(xs, t2p, p2e).view(torch.uint8))
 
 
@@ -80,12 +80,12 @@ def test_expand_bitwise(seed, dtype, h):
 def test_expand_with_sf_bitwise(seed, g, col, packed):
     t, k, e, h = 300, 8, 16, 7168
     idx = _routing(t, k, e)
-    p2e, _, _, t2p, *_ = tilekiln.moe.get_fused_mapping(idx, e, 0, 128)
+    p2e, _, _, t2p, *_ = kernelkiln.moe.get_fused_mapping(idx, e, 0, 128)
     data = (torch.randn(t, h, device="cuda") * 10).to(torch.float8_e4m3fn)
     h_sf = h // g
     sf = torch.randint(0, 2**31 - 1, (t, h_sf // 4), dtype=torch.int32, device="cuda") if packed else \
         torch.rand(t, h_sf, device="cuda") + 0.1
-    out, out_sf = tilekiln.moe.expand_to_fused_with_sf((data, sf), g, t2p, p2e, col)
+    out, out_sf = kernelkiln.moe.expand_to_fused_with_sf((data, sf), g, t2p, p2e, col)
     want, want_sf = ref.expand_to_fused_with_sf((data, sf), g, t2p, p2e, col)
     assert torch.equal(out.view(torch.uint8), want.view(torch.uint8))
     assert out_sf.shape == want_sf.shape and out_sf.stride() == want_sf.stride()
@@ -94,7 +94,7 @@ def test_expand_with_sf_bitwise(seed, g, col, packed):
 
 def test_expand_zero_tokens():
     p2e = torch.full((128,), -1, dtype=torch.int32, device="cuda")
-    out = tilekiln.moe.expand_to_fused(torch.empty(0, 256, device="cuda"), torch.empty(0, 8, dtype=torch.int32,
+    out = kernelkiln.moe.expand_to_fused(torch.empty(0, 256, device="cuda"), torch.empty(0, 8, dtype=torch.int32,
                                        device="cuda"), p2e)
     assert out.shape == (128, 256) and not out.any()
 
@@ -105,7 +105,7 @@ def test_expand_zero_tokens():
 def test_reduce_bitwise(seed, in_dtype, fmt, weights, with_x_sf):
     t, k, e, h = 1000, 8, 32, 7168
     idx = _routing(t, k, e)
-    p2e, _, _, t2p, *_ = tilekiln.moe.get_fused_mapping(idx, e, 0, 128)
+    p2e, _, _, t2p, *_ = kernelkiln.moe.get_fused_mapping(idx, e, 0, 128)
     n = p2e.numel()
     # values over many binades so the FMA order shows in the last bits
     x = (torch.randn(n, h, device="cuda") * torch.exp2(torch.randint(-8, 4, (n, 1), device="cuda").float()))
@@ -114,17 +114,17 @@ def test_reduce_bitwise(seed, in_dtype, fmt, weights, with_x_sf):
     x_sf = torch.rand(n, device="cuda") * 0.1 if with_x_sf else None
     sf = torch.tensor([0.7], device="cuda") if fmt else None
     arg = (x, x_sf) if with_x_sf else x
-    got = tilekiln.moe.reduce_fused(arg, w, t2p, fmt, sf)
+    got = kernelkiln.moe.reduce_fused(arg, w, t2p, fmt, sf)
     want = ref.reduce_fused(arg, w, t2p, fmt, sf)
     assert got.dtype == want.dtype and got.shape == (t, h)
     assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
     out = torch.full_like(got.view(torch.uint8), 0x7F).view(got.dtype)
-    tilekiln.moe.reduce_fused(arg, w, t2p, fmt, sf, out=out)
+    kernelkiln.moe.reduce_fused(arg, w, t2p, fmt, sf, out=out)
     assert torch.equal(out.view(torch.uint8), want.view(torch.uint8))
 
 
 def test_reduce_saturates_e4m3_and_skips_minus_one(seed):
     x = torch.full((4, 256), 1000.0, device="cuda")
     t2p = torch.tensor([[0, -1], [-1, -1]], dtype=torch.int32, device="cuda")
-    got = tilekiln.moe.reduce_fused(x, None, t2p, "e4m3")
+    got = kernelkiln.moe.reduce_fused(x, None, t2p, "e4m3")
     assert got[0].float().eq(448).all() and got[1].float().eq(0).all()

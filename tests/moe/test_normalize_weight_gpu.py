@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import normalize_weight as ref_normalize
+import kernelkiln
+from kernelkiln.torch import normalize_weight as ref_normalize
 
 pytestmark = pytest.mark.gpu
 
@@ -17,7 +17,7 @@ def _weights(t, k):
 @pytest.mark.parametrize("t", [1, 5, 4001, 16384])
 def test_matches_reference_bitwise(seed, t, k):
     w = _weights(t, k)
-    den, out = tilekiln.moe.normalize_weight(w)
+    den, out = kernelkiln.moe.normalize_weight(w)
     ref_den, ref_out = ref_normalize(w)
     assert den.shape == (t,) and out.shape == (t, k) and out.is_contiguous()
     assert torch.equal(den.view(torch.int32), ref_den.view(torch.int32))
@@ -30,12 +30,12 @@ def test_strided_rows_zeros_and_signed_zeros(seed):
     w[3] = 0.0
     w[4] = -0.0
     w[5, ::2] = -0.0
-    den, out = tilekiln.moe.normalize_weight(w)
+    den, out = kernelkiln.moe.normalize_weight(w)
     ref_den, ref_out = ref_normalize(w.contiguous())
     assert torch.equal(den.view(torch.int32), ref_den.view(torch.int32))
     assert torch.equal(out.view(torch.int32), ref_out.view(torch.int32))
 
 
 def test_zero_tokens():
-    den, out = tilekiln.moe.normalize_weight(torch.empty(0, 8, device="cuda"))
+    den, out = kernelkiln.moe.normalize_weight(torch.empty(0, 8, device="cuda"))
     assert den.shape == (0,) and out.shape == (0, 8)

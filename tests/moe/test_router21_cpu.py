@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import tilekiln
+import kernelkiln
 
 E = 256
 
@@ -10,7 +10,7 @@ E = 256
 def _gate(logits=None, **kw):
     args = dict(num_topk=8, use_shared_as_routed=False, num_shared_experts=0, routed_scaling_factor=2.5, ep_rank=0)
     args.update(kw)
-    return tilekiln.moe.moe_topk_gate_forward(torch.randn(4, E) if logits is None else logits, **args)
+    return kernelkiln.moe.moe_topk_gate_forward(torch.randn(4, E) if logits is None else logits, **args)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -48,7 +48,7 @@ def test_forward_bad_logits():
 
 
 def test_alias_and_zero_tokens():
-    idx, w = tilekiln.moe.moe_topk_gate(torch.empty(0, E), 8, True, 1, 2.5, 0)
+    idx, w = kernelkiln.moe.moe_topk_gate(torch.empty(0, E), 8, True, 1, 2.5, 0)
     assert idx.shape == (0, 9) and idx.dtype == torch.int64 and w.dtype == torch.float32
 
 
@@ -57,37 +57,37 @@ def test_backward_checks():
     idx = torch.randint(0, 64, (8, 4))
     w, g = torch.rand(8, 4), torch.randn(8, 4)
     with pytest.raises(ValueError, match="must be given together"):
-        tilekiln.moe.moe_topk_gate_backward(s, idx, w, g, 2.5, mask=torch.ones(8, dtype=torch.bool))
+        kernelkiln.moe.moe_topk_gate_backward(s, idx, w, g, 2.5, mask=torch.ones(8, dtype=torch.bool))
     with pytest.raises(ValueError, match="T \\(8\\) % Q == 0"):
-        tilekiln.moe.moe_topk_gate_backward(s, idx, w, g, 2.5, mask=torch.ones(8, dtype=torch.bool),
+        kernelkiln.moe.moe_topk_gate_backward(s, idx, w, g, 2.5, mask=torch.ones(8, dtype=torch.bool),
                                             grad_scores_sum=torch.zeros(3, 64))
     with pytest.raises(ValueError, match=r"grad_topk_weights must be \[8, 4\]"):
-        tilekiln.moe.moe_topk_gate_backward(s, idx, w, g[:, :3], 2.5)
+        kernelkiln.moe.moe_topk_gate_backward(s, idx, w, g[:, :3], 2.5)
     with pytest.raises(ValueError, match="topk_weights must be contiguous"):
-        tilekiln.moe.moe_topk_gate_backward(s, idx, torch.rand(4, 8).t(), g, 2.5)
+        kernelkiln.moe.moe_topk_gate_backward(s, idx, torch.rand(4, 8).t(), g, 2.5)
     with pytest.raises(ValueError, match=r"experts\) must be in 1..512"):
-        tilekiln.moe.moe_topk_gate_backward(torch.rand(8, 513), idx, w, g, 2.5)
+        kernelkiln.moe.moe_topk_gate_backward(torch.rand(8, 513), idx, w, g, 2.5)
     with pytest.raises(ValueError, match="CUDA tensor"):
-        tilekiln.moe.moe_topk_gate_backward(s, idx, w, g, 2.5)
-    assert tilekiln.moe.moe_topk_gate_backward(s[:0], idx[:0], w[:0], g[:0], 2.5).shape == (0, 64)
+        kernelkiln.moe.moe_topk_gate_backward(s, idx, w, g, 2.5)
+    assert kernelkiln.moe.moe_topk_gate_backward(s[:0], idx[:0], w[:0], g[:0], 2.5).shape == (0, 64)
 
 
 def test_aux_ops_checks():
     idx = torch.tensor([[0, 1, 1, -1], [3, 3, 3, 0]])
-    for call in (lambda: tilekiln.moe.group_count(idx, 5), lambda: tilekiln.moe.aux_fi(idx, 4, 2),
-                 lambda: tilekiln.moe.mask_indices_by_tp(idx, 32, 4, 1, 2),
-                 lambda: tilekiln.moe.inplace_unique_group_indices(idx, 8)):
+    for call in (lambda: kernelkiln.moe.group_count(idx, 5), lambda: kernelkiln.moe.aux_fi(idx, 4, 2),
+                 lambda: kernelkiln.moe.mask_indices_by_tp(idx, 32, 4, 1, 2),
+                 lambda: kernelkiln.moe.inplace_unique_group_indices(idx, 8)):
         with pytest.raises(ValueError, match="CUDA tensor"):
             call()
     with pytest.raises(TypeError, match="group_idx has dtype torch.int32"):
-        tilekiln.moe.group_count(idx.int(), 5)
+        kernelkiln.moe.group_count(idx.int(), 5)
     with pytest.raises(ValueError, match="num_groups must be in 1..128"):
-        tilekiln.moe.inplace_unique_group_indices(idx, 129)
+        kernelkiln.moe.inplace_unique_group_indices(idx, 129)
     with pytest.raises(ValueError, match="tp_rank must be in 0..1"):
-        tilekiln.moe.mask_indices_by_tp(idx, 32, 4, 2, 2)
+        kernelkiln.moe.mask_indices_by_tp(idx, 32, 4, 2, 2)
     with pytest.raises(ValueError, match=r"group_indices.shape\[1\] must be at most 32"):
-        tilekiln.moe.inplace_unique_group_indices(torch.zeros(2, 33, dtype=torch.int64), 8)
+        kernelkiln.moe.inplace_unique_group_indices(torch.zeros(2, 33, dtype=torch.int64), 8)
     with pytest.raises(ValueError, match="inner stride 1"):
-        tilekiln.moe.group_count(torch.zeros(8, 4, dtype=torch.int64).t(), 8)
-    assert tilekiln.moe.group_count(idx[:0], 5).tolist() == [0] * 5
-    assert tilekiln.moe.aux_fi(idx[:0], 4, 2).tolist() == [0.0] * 4
+        kernelkiln.moe.group_count(torch.zeros(8, 4, dtype=torch.int64).t(), 8)
+    assert kernelkiln.moe.group_count(idx[:0], 5).tolist() == [0] * 5
+    assert kernelkiln.moe.aux_fi(idx[:0], 4, 2).tolist() == [0.0] * 4

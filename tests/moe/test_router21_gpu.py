@@ -1,11 +1,11 @@
-"""moe_topk_gate_forward on the GPU: bit-identical to tilekiln.torch.moe_topk_gate_forward (run on the GPU
+"""moe_topk_gate_forward on the GPU: bit-identical to kernelkiln.torch.moe_topk_gate_forward (run on the GPU
 tensors, so softplus/sqrt use torch's CUDA formulas, which the kernel reproduces), incl. force_random
 (curand Philox4_32_10 written out in the kernel and the reference); backward and v1 aux ops vs references."""
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import moe_router as R
+import kernelkiln
+from kernelkiln.torch import moe_router as R
 
 pytestmark = pytest.mark.gpu
 
@@ -24,11 +24,11 @@ def _check(logits, k, shared, rsf, ep_rank, **kw):
     want_scores = kw.pop("scores", False)
     sc = torch.full((t, e), float("nan"), device="cuda") if want_scores else None
     sc_ref = torch.empty((t, e), device="cuda") if want_scores else None
-    idx, w = tilekiln.moe.moe_topk_gate_forward(logits, k, shared > 0, shared, rsf, ep_rank, unmapped_topk_idx=un,
+    idx, w = kernelkiln.moe.moe_topk_gate_forward(logits, k, shared > 0, shared, rsf, ep_rank, unmapped_topk_idx=un,
                                                 scores=sc, **kw)
     ridx, rw = R.moe_topk_gate_forward(logits, k, shared > 0, shared, rsf, ep_rank, unmapped_topk_idx=un_ref,
                                        scores=sc_ref, **kw)
-    tilekiln.check_errors()
+    kernelkiln.check_errors()
     _same(idx, ridx)
     _same(w, rw)
     if un is not None:
@@ -95,7 +95,7 @@ def test_unaligned_logits_and_out(seed):
     _check(logits, 8, 0, 2.5, 0)
     out = (torch.full((1001, 9), 7, dtype=torch.int64, device="cuda"),
            torch.full((1001, 9), float("nan"), device="cuda"))
-    res = tilekiln.moe.moe_topk_gate_forward(logits, 8, True, 1, 2.5, 0, out=out)
+    res = kernelkiln.moe.moe_topk_gate_forward(logits, 8, True, 1, 2.5, 0, out=out)
     assert res[0] is out[0]
     ridx, rw = R.moe_topk_gate_forward(logits, 8, True, 1, 2.5, 0)
     _same(out[0], ridx)
@@ -103,7 +103,7 @@ def test_unaligned_logits_and_out(seed):
 
 
 def test_zero_tokens_and_all_masked():
-    idx, w = tilekiln.moe.moe_topk_gate_forward(torch.empty(0, 256, device="cuda"), 8, True, 1, 2.5, 0)
+    idx, w = kernelkiln.moe.moe_topk_gate_forward(torch.empty(0, 256, device="cuda"), 8, True, 1, 2.5, 0)
     assert idx.shape == (0, 9)
     logits = torch.randn(9, 256, device="cuda")
     mask = torch.zeros(9, dtype=torch.bool, device="cuda")
@@ -116,9 +116,9 @@ def test_zero_tokens_and_all_masked():
 def test_non_finite_raise_without_killing_the_context(seed, bad):
     logits = torch.randn(64, 256, device="cuda")
     logits[17, 100] = bad
-    idx, _ = tilekiln.moe.moe_topk_gate_forward(logits, 8, False, 0, 2.5, 0)
-    with pytest.raises(tilekiln.moe.NonFiniteScoresError, match="token 17"):
-        tilekiln.check_errors()
+    idx, _ = kernelkiln.moe.moe_topk_gate_forward(logits, 8, False, 0, 2.5, 0)
+    with pytest.raises(kernelkiln.moe.NonFiniteScoresError, match="token 17"):
+        kernelkiln.check_errors()
     assert (idx[17] == -1).all()
     _check(torch.randn(64, 256, device="cuda"), 8, 0, 2.5, 0)
 
@@ -127,18 +127,18 @@ def test_backward_and_aux_ops(seed):
     t, e, k = 4096, 256, 8
     logits = torch.randn(t, e, device="cuda")
     sc = torch.empty(t, e, device="cuda")
-    idx, w = tilekiln.moe.moe_topk_gate_forward(logits, k, False, 0, 2.5, 0, scores=sc)
+    idx, w = kernelkiln.moe.moe_topk_gate_forward(logits, k, False, 0, 2.5, 0, scores=sc)
     g = torch.randn(t, k, device="cuda")
     mask = torch.rand(t, device="cuda") > 0.2
     h = torch.randn(4, e, device="cuda")
-    got = tilekiln.moe.moe_topk_gate_backward(sc, idx, w, g, 2.5, mask=mask, grad_scores_sum=h)
+    got = kernelkiln.moe.moe_topk_gate_backward(sc, idx, w, g, 2.5, mask=mask, grad_scores_sum=h)
     want = R.moe_topk_gate_backward(sc, idx, w, g, 2.5, mask=mask, grad_scores_sum=h)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-    _same(tilekiln.moe.group_count(idx, e), R.group_count(idx.cpu(), e).cuda())
-    _same(tilekiln.moe.aux_fi(idx, e, k), R.aux_fi(idx.cpu(), e, k).cuda())
-    assert torch.equal(tilekiln.moe.mask_indices_by_tp(idx, e, 8, 1, 2).cpu(), R.mask_indices_by_tp(idx.cpu(), e, 8, 1, 2))
+    _same(kernelkiln.moe.group_count(idx, e), R.group_count(idx.cpu(), e).cuda())
+    _same(kernelkiln.moe.aux_fi(idx, e, k), R.aux_fi(idx.cpu(), e, k).cuda())
+    assert torch.equal(kernelkiln.moe.mask_indices_by_tp(idx, e, 8, 1, 2).cpu(), R.mask_indices_by_tp(idx.cpu(), e, 8, 1, 2))
     g8 = idx // 32
-    tilekiln.moe.inplace_unique_group_indices(g8, 8)
+    kernelkiln.moe.inplace_unique_group_indices(g8, 8)
     ref = (idx // 32).cpu()
     R.inplace_unique_group_indices(ref, 8)
     assert torch.equal(g8.cpu(), ref)

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import tilekiln
+import kernelkiln
 
 E = 256
 
@@ -14,7 +14,7 @@ def _gate(logits=None, bias=None, **kw):
     args.update(kw)
     logits = torch.randn(4, E) if logits is None else logits
     bias = torch.zeros(E) if bias is None else bias
-    return tilekiln.moe.top2_sum_gate(logits, bias, **args)
+    return kernelkiln.moe.top2_sum_gate(logits, bias, **args)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -82,7 +82,7 @@ def test_top2_sum_gate_fake_tensor_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
         logits = torch.empty(16, E, device="cuda")
-        idx, w = torch.ops.tilekiln.top2_sum_gate(logits, torch.empty(E, device="cuda"), 8, 4, 8, True, 1, 2.5,
+        idx, w = torch.ops.kernelkiln.top2_sum_gate(logits, torch.empty(E, device="cuda"), 8, 4, 8, True, 1, 2.5,
                                                   0, 1, 0, 1, "sigmoid")
         assert idx.shape == (16, 9) and w.dtype == torch.float32
 
@@ -97,11 +97,11 @@ def test_top2_sum_gate_fake_tensor_shapes():
 ])
 def test_normalize_weight_bad_inputs(bad, exc, match):
     with pytest.raises(exc, match=match):
-        tilekiln.moe.normalize_weight(bad)
+        kernelkiln.moe.normalize_weight(bad)
 
 
 def test_normalize_weight_cpu_and_empty():
     with pytest.raises(ValueError, match="need a CUDA tensor"):
-        tilekiln.moe.normalize_weight(torch.rand(4, 8))
-    den, out = tilekiln.moe.normalize_weight(torch.empty(0, 8))
+        kernelkiln.moe.normalize_weight(torch.rand(4, 8))
+    den, out = kernelkiln.moe.normalize_weight(torch.empty(0, 8))
     assert den.shape == (0,) and out.shape == (0, 8)

@@ -1,4 +1,4 @@
-"""top2_sum_gate on the GPU: bit-identical indices and weights to tilekiln.torch.top2_sum_gate.
+"""top2_sum_gate on the GPU: bit-identical indices and weights to kernelkiln.torch.top2_sum_gate.
 
 The reference runs on the same GPU tensors, so sigmoid / softplus use torch's CUDA
 formulas, which the kernel reproduces (expf, log1pf, sqrtf, IEEE division).
@@ -6,8 +6,8 @@ formulas, which the kernel reproduces (expf, log1pf, sqrtf, IEEE division).
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import top2_sum_gate as ref_gate
+import kernelkiln
+from kernelkiln.torch import top2_sum_gate as ref_gate
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +22,7 @@ def _same(a, b):
 def _check(logits, bias, *args, **kw):
     un = kw.pop("unmapped_topk_idx", None)
     un_ref = None if un is None else un.clone()
-    idx, w = tilekiln.moe.top2_sum_gate(logits, bias, *args, unmapped_topk_idx=un, **kw)
+    idx, w = kernelkiln.moe.top2_sum_gate(logits, bias, *args, unmapped_topk_idx=un, **kw)
     ref_idx, ref_w = ref_gate(logits, bias, *args, unmapped_topk_idx=un_ref, **kw)
     _same(idx, ref_idx)
     _same(w, ref_w)
@@ -83,7 +83,7 @@ def test_unaligned_logits_use_scalar_loads(seed):
 
 
 def test_zero_tokens_and_all_masked():
-    idx, w = tilekiln.moe.top2_sum_gate(torch.empty(0, 256, device="cuda"), torch.zeros(256, device="cuda"), 8, 4,
+    idx, w = kernelkiln.moe.top2_sum_gate(torch.empty(0, 256, device="cuda"), torch.zeros(256, device="cuda"), 8, 4,
                                         8, True, 1, 2.5, 0, 1, 0, 1, "sigmoid")
     assert idx.shape == (0, 9) and w.shape == (0, 9)
     logits = torch.randn(9, 256, device="cuda")
@@ -99,19 +99,19 @@ def test_non_finite_raise_without_killing_the_context(seed, bad):
     logits = torch.randn(64, 256, device="cuda")
     logits[17, 100] = bad
     bias = torch.zeros(256, device="cuda")
-    idx, _ = tilekiln.moe.top2_sum_gate(logits, bias, 8, 4, 8, False, 0, 2.5, 0, 1, 0, 1, "sigmoid")
-    with pytest.raises(tilekiln.moe.NonFiniteScoresError, match="token 17"):
-        tilekiln.check_errors()
+    idx, _ = kernelkiln.moe.top2_sum_gate(logits, bias, 8, 4, 8, False, 0, 2.5, 0, 1, 0, 1, "sigmoid")
+    with pytest.raises(kernelkiln.moe.NonFiniteScoresError, match="token 17"):
+        kernelkiln.check_errors()
     assert (idx[17] == -1).all()
     good = torch.randn(64, 256, device="cuda")
     _check(good, bias, 8, 4, 8, False, 0, 2.5, 0, 1, 0, 1, "sigmoid")
-    tilekiln.check_errors()
+    kernelkiln.check_errors()
 
 
 @pytest.mark.parametrize("scoring", ["sigmoid", "sqrtsoftplus"])
 def test_without_group_compaction(seed, scoring, monkeypatch):
     """The kernel keeps a non-compacted path (kept groups not packed); it stays bit-exact too."""
-    from tilekiln.moe import _top2_sum
+    from kernelkiln.moe import _top2_sum
     monkeypatch.setattr(_top2_sum, "USE_COMPACTION", False)
     logits = torch.randn(4001, 256, device="cuda") * 3
     bias = torch.randn(256, device="cuda") * 0.1

@@ -6,8 +6,8 @@ import random
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import topk_sum_and_topk_group_idx as ref
+import kernelkiln
+from kernelkiln.torch import topk_sum_and_topk_group_idx as ref
 
 
 def _spec(scores, num_topk_sum, k):
@@ -84,7 +84,7 @@ def test_reference_and_kernel_model_match_spec(seed, e, g, num_topk_sum, ties):
 
 def _call(scores=None, num_topk_sum=2, num_topk_groups=4):
     scores = torch.randn(4, 8, 32) if scores is None else scores
-    return tilekiln.moe.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
+    return kernelkiln.moe.topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups)
 
 
 @pytest.mark.parametrize("kw,exc,match", [
@@ -120,7 +120,7 @@ def test_zero_tokens_needs_no_device():
 def test_fake_tensor_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
-        out = torch.ops.tilekiln.topk_sum_and_topk_group_idx(torch.empty(16, 8, 32, device="cuda"), 2, 4)
+        out = torch.ops.kernelkiln.topk_sum_and_topk_group_idx(torch.empty(16, 8, 32, device="cuda"), 2, 4)
         assert out.shape == (16, 4) and out.dtype == torch.int64
         with pytest.raises(ValueError, match="num_topk_groups must be in"):
-            torch.ops.tilekiln.topk_sum_and_topk_group_idx(torch.empty(16, 8, 32, device="cuda"), 2, 9)
+            torch.ops.kernelkiln.topk_sum_and_topk_group_idx(torch.empty(16, 8, 32, device="cuda"), 2, 9)

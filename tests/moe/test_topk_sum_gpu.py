@@ -3,8 +3,8 @@ torch's stable sort treats equal group scores by index), including constructed t
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import topk_sum_and_topk_group_idx as ref
+import kernelkiln
+from kernelkiln.torch import topk_sum_and_topk_group_idx as ref
 
 pytestmark = pytest.mark.gpu
 
@@ -17,7 +17,7 @@ def _scores(t, g, epg):
 
 
 def _check(x, num_topk_sum, k):
-    out = tilekiln.moe.topk_sum_and_topk_group_idx(x, num_topk_sum, k)
+    out = kernelkiln.moe.topk_sum_and_topk_group_idx(x, num_topk_sum, k)
     expect = ref(x.cpu(), num_topk_sum, k)
     assert out.shape == (x.shape[0], k) and out.dtype == torch.int64 and out.is_contiguous()
     assert torch.equal(out.cpu(), expect)
@@ -47,7 +47,7 @@ def test_constructed_ties(seed, e, g, num_topk_sum):
     x[1, :, 0] = 2.0  # top-1 ties everywhere; top-2 sums differ only through the rest
     x[2, ::2] = 3.0  # the even groups tie for first place
     _check(x, num_topk_sum, min(4, g))
-    assert torch.equal(tilekiln.moe.topk_sum_and_topk_group_idx(x, num_topk_sum, g)[0].cpu(), torch.arange(g))
+    assert torch.equal(kernelkiln.moe.topk_sum_and_topk_group_idx(x, num_topk_sum, g)[0].cpu(), torch.arange(g))
 
 
 def test_unaligned_base_uses_scalar_loads(seed):
@@ -59,11 +59,11 @@ def test_unaligned_base_uses_scalar_loads(seed):
 
 
 def test_zero_tokens():
-    out = tilekiln.moe.topk_sum_and_topk_group_idx(torch.empty(0, 8, 32, device="cuda"), 2, 4)
+    out = kernelkiln.moe.topk_sum_and_topk_group_idx(torch.empty(0, 8, 32, device="cuda"), 2, 4)
     assert out.shape == (0, 4) and out.dtype == torch.int64
 
 
 def test_torch_compile(seed):
     x = _scores(64, 8, 32)
-    fn = torch.compile(lambda s: tilekiln.moe.topk_sum_and_topk_group_idx(s, 2, 4), fullgraph=True)
+    fn = torch.compile(lambda s: kernelkiln.moe.topk_sum_and_topk_group_idx(s, 2, 4), fullgraph=True)
     assert torch.equal(fn(x).cpu(), ref(x.cpu(), 2, 4))

@@ -16,19 +16,19 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("ziglang") is None or
 
 
 def _fake_x86_wheel(folder):
-    """The shape of a real tilekiln wheel: Python code, a cubin, the x86_64 shim, WHEEL and RECORD."""
+    """The shape of a real kernelkiln wheel: Python code, a cubin, the x86_64 shim, WHEEL and RECORD."""
     shim = folder / "shim.so"
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(shim), str(ROOT / "csrc" / "launch_shim.c")], check=True)
-    files = {"tilekiln/__init__.py": b"", "tilekiln/_kernels/k.sm_90a.cubin": b"\x7fELF-cubin-bytes",
-             "tilekiln/_runtime/libtilekiln_launch.so": shim.read_bytes(),
-             "tilekiln-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n"}
-    whl = folder / "tilekiln-0.1.0-py3-none-linux_x86_64.whl"
+    files = {"kernelkiln/__init__.py": b"", "kernelkiln/_kernels/k.sm_90a.cubin": b"\x7fELF-cubin-bytes",
+             "kernelkiln/_runtime/libkernelkiln_launch.so": shim.read_bytes(),
+             "kernelkiln-0.1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-linux_x86_64\n"}
+    whl = folder / "kernelkiln-0.1.0-py3-none-linux_x86_64.whl"
     with zipfile.ZipFile(whl, "w") as z:
-        for folder_entry in ("tilekiln/", "tilekiln/_kernels/"):  # auditwheel repair writes directory entries
+        for folder_entry in ("kernelkiln/", "kernelkiln/_kernels/"):  # auditwheel repair writes directory entries
             z.writestr(folder_entry, b"")
         for name, data in files.items():
             z.writestr(name, data)
-        z.writestr("tilekiln-0.1.0.dist-info/RECORD", "")
+        z.writestr("kernelkiln-0.1.0.dist-info/RECORD", "")
     return whl
 
 
@@ -37,13 +37,13 @@ def test_aarch64_manylinux_wheel(tmp_path):
     out = subprocess.run([sys.executable, "-m", "build_tools.cross_wheel", str(src), "--out", str(tmp_path / "out"),
                           "--manylinux", "2_28"], cwd=ROOT, capture_output=True, text=True, check=True)
     whl = Path(out.stdout.strip().splitlines()[-1])
-    assert whl.name == "tilekiln-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
+    assert whl.name == "kernelkiln-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
     with zipfile.ZipFile(whl) as z:
-        shim = z.read("tilekiln/_runtime/libtilekiln_launch.so")
+        shim = z.read("kernelkiln/_runtime/libkernelkiln_launch.so")
         assert int.from_bytes(shim[18:20], "little") == 183  # EM_AARCH64
-        assert z.read("tilekiln/_kernels/k.sm_90a.cubin") == b"\x7fELF-cubin-bytes"  # cubins unchanged
-        assert "Tag: py3-none-manylinux_2_28_aarch64" in z.read("tilekiln-0.1.0.dist-info/WHEEL").decode()
-        for line in z.read("tilekiln-0.1.0.dist-info/RECORD").decode().split():
+        assert z.read("kernelkiln/_kernels/k.sm_90a.cubin") == b"\x7fELF-cubin-bytes"  # cubins unchanged
+        assert "Tag: py3-none-manylinux_2_28_aarch64" in z.read("kernelkiln-0.1.0.dist-info/WHEEL").decode()
+        for line in z.read("kernelkiln-0.1.0.dist-info/RECORD").decode().split():
             name, digest, size = line.rsplit(",", 2)
             if digest:  # every file's hash and size match, so pip accepts the wheel
                 data = z.read(name)

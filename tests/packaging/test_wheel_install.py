@@ -1,6 +1,6 @@
 """The wheel (ci-subset manifest) installs into a fresh venv without tilelang or nvcc and lists its kernels.
 
-Slow (builds a wheel and a venv): runs when TILEKILN_WHEEL_TEST=1 (nox -s tests sets it).
+Slow (builds a wheel and a venv): runs when KERNELKILN_WHEEL_TEST=1 (nox -s tests sets it).
 """
 import importlib.util
 import os
@@ -14,8 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # build_tools, for the manifest's variant count
 pytestmark = [
-    pytest.mark.skipif(os.environ.get("TILEKILN_WHEEL_TEST") != "1",
-                       reason="wheel build + fresh venv is slow: set TILEKILN_WHEEL_TEST=1 (nox -s tests does)"),
+    pytest.mark.skipif(os.environ.get("KERNELKILN_WHEEL_TEST") != "1",
+                       reason="wheel build + fresh venv is slow: set KERNELKILN_WHEEL_TEST=1 (nox -s tests does)"),
     pytest.mark.skipif(importlib.util.find_spec("tilelang") is None, reason="tilelang not installed"),
 ]
 
@@ -23,10 +23,10 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    env = dict(os.environ, TILEKILN_MANIFEST="manifests/ci-subset.toml")
+    env = dict(os.environ, KERNELKILN_MANIFEST="manifests/ci-subset.toml")
     subprocess.run([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-w", str(out)],
                    cwd=ROOT, env=env, check=True)
-    (whl,) = out.glob("tilekiln-*.whl")
+    (whl,) = out.glob("kernelkiln-*.whl")
     return whl
 
 
@@ -35,7 +35,7 @@ def test_wheel_contents_and_tag(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     cubins = [n for n in names if n.endswith(".cubin")]
     assert any(n.endswith(".sm_90a.cubin") for n in cubins) and any(n.endswith(".sm_100a.cubin") for n in cubins)
-    assert "tilekiln/_kernels/index.json" in names
+    assert "kernelkiln/_kernels/index.json" in names
     assert not [n for n in names if n.startswith(("kernels/", "build_tools/"))], "build-time code leaked into wheel"
 
 
@@ -51,8 +51,8 @@ def test_fresh_venv_without_toolchain_imports_and_lists(wheel, tmp_path):
     code = ("import sys, importlib.util; sys.path[:0] = [%r]; sys.path.append(%r); "
             "assert importlib.util.find_spec('tilelang') is None and importlib.util.find_spec('tvm') is None; "
             "import shutil; assert shutil.which('nvcc') is None; "
-            "import tilekiln, tilekiln.__main__; tilekiln.__main__.info(); "
-            "ks = tilekiln.list_kernels(); print(len(ks), sorted({k[1] for k in ks}))"
+            "import kernelkiln, kernelkiln.__main__; kernelkiln.__main__.info(); "
+            "ks = kernelkiln.list_kernels(); print(len(ks), sorted({k[1] for k in ks}))"
             ) % (str(target), _torch_only_path(site, tmp_path))
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     out = subprocess.run([str(venv / "bin" / "python"), "-I", "-c", code], capture_output=True, text=True, env=env)

@@ -1,11 +1,11 @@
-"""cast_back / per_token_cast_back / per_token_cast_and_cast_back on the GPU, bit-exact against tilekiln.torch."""
+"""cast_back / per_token_cast_back / per_token_cast_and_cast_back on the GPU, bit-exact against kernelkiln.torch."""
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast as ref_cast
-from tilekiln.torch import cast_back as ref_cast_back
-from tilekiln.torch import per_token_cast_and_cast_back_ref
+import kernelkiln
+from kernelkiln.torch import cast as ref_cast
+from kernelkiln.torch import cast_back as ref_cast_back
+from kernelkiln.torch import per_token_cast_and_cast_back_ref
 from bitwise import assert_bitwise as _assert_bitwise  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -39,7 +39,7 @@ def test_cast_back_matches_reference(seed, fmt, out, block, opt, shape):
     if opt == "e4m3sf" and block[0] > 1:
         pytest.skip("e4m3 scales are a per-token (1 x g) format")
     x = _quantized(*shape, fmt, block, opt)
-    y = tilekiln.quant.cast_back(x, out, block)
+    y = kernelkiln.quant.cast_back(x, out, block)
     _assert_bitwise(y, ref_cast_back(x, out, block), "cast_back")
 
 
@@ -47,7 +47,7 @@ def test_cast_back_matches_reference(seed, fmt, out, block, opt, shape):
 @pytest.mark.parametrize("g", [32, 128])
 def test_per_token_cast_back_matches_reference(seed, fmt, g):
     x = _quantized(300, 4096, fmt, (1, g), "ue8m0")
-    _assert_bitwise(tilekiln.quant.per_token_cast_back(x, "bf16", g), ref_cast_back(x, "bf16", (1, g)), "per-token")
+    _assert_bitwise(kernelkiln.quant.per_token_cast_back(x, "bf16", g), ref_cast_back(x, "bf16", (1, g)), "per-token")
 
 
 def test_special_values_decode():
@@ -58,7 +58,7 @@ def test_special_values_decode():
     data = data.view(torch.float8_e4m3fn).cuda()
     sf = torch.exp2(torch.randint(-20, 20, (2, 2), device="cuda").float())
     for out in ("bf16", "fp32"):
-        y = tilekiln.quant.cast_back((data, sf), out, (128, 128))
+        y = kernelkiln.quant.cast_back((data, sf), out, (128, 128))
         _assert_bitwise(y, ref_cast_back((data, sf), out, (128, 128)), out)
 
 
@@ -66,13 +66,13 @@ def test_strided_data_rows(seed):
     q, sf = ref_cast(_input(256, 7168), "e4m3", (1, 128))
     wide = torch.empty(256, 7168 + 128, dtype=torch.float8_e4m3fn, device="cuda")
     wide[:, :7168] = q
-    y = tilekiln.quant.cast_back((wide[:, :7168], sf), "bf16", (1, 128))
+    y = kernelkiln.quant.cast_back((wide[:, :7168], sf), "bf16", (1, 128))
     _assert_bitwise(y, ref_cast_back((q, sf), "bf16", (1, 128)), "strided")
 
 
 def test_zero_tokens():
     q = torch.empty(0, 7168, dtype=torch.float8_e4m3fn, device="cuda")
-    assert tilekiln.quant.cast_back((q, torch.empty(0, 56, device="cuda")), "bf16", (1, 128)).shape == (0, 7168)
+    assert kernelkiln.quant.cast_back((q, torch.empty(0, 56, device="cuda")), "bf16", (1, 128)).shape == (0, 7168)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -85,7 +85,7 @@ def test_fake_quant_matches_reference(seed, dtype, fmt, g, scales, shape):
     opts = {"round_sf": scales == "round", "use_e4m3_sf": scales == "e4m3sf"}
     expected = x.clone()
     per_token_cast_and_cast_back_ref(expected, fmt, g, **opts)
-    assert tilekiln.quant.per_token_cast_and_cast_back(x, fmt, g, **opts) is None
+    assert kernelkiln.quant.per_token_cast_and_cast_back(x, fmt, g, **opts) is None
     _assert_bitwise(x, expected, "fake quant")
 
 
@@ -95,7 +95,7 @@ def test_fake_quant_matches_reference(seed, dtype, fmt, g, scales, shape):
 def test_fake_quant_one_pass_with_special_values(seed, dtype, fmt, g, scales, monkeypatch):
     """The default manifest's settings take the one-pass kernel (per_token_cast + cast_back never run);
     131 tokens leave a partial last CTA; rows of zeros, signed zeros, NaN, inf and tiny values."""
-    from tilekiln.quant import _per_token
+    from kernelkiln.quant import _per_token
     monkeypatch.setattr(_per_token, "per_token_cast", lambda *a, **k: pytest.fail("took the two-kernel path"))
     x = _input(131, 2048, dtype)
     x[3] = 0
@@ -107,7 +107,7 @@ def test_fake_quant_one_pass_with_special_values(seed, dtype, fmt, g, scales, mo
     opts = {"round_sf": scales == "round"}
     expected = x.clone()
     per_token_cast_and_cast_back_ref(expected, fmt, g, **opts)
-    tilekiln.quant.per_token_cast_and_cast_back(x, fmt, g, **opts)
+    kernelkiln.quant.per_token_cast_and_cast_back(x, fmt, g, **opts)
     _assert_bitwise(x, expected, "one-pass fake quant")
 
 
@@ -117,6 +117,6 @@ def test_fake_quant_strided_rows_in_place(seed):
     keep = base[:, 7168:].clone()
     expected = x.clone()
     per_token_cast_and_cast_back_ref(expected, "e4m3", 128)
-    tilekiln.quant.per_token_cast_and_cast_back(x, "e4m3", 128)
+    kernelkiln.quant.per_token_cast_and_cast_back(x, "e4m3", 128)
     _assert_bitwise(x, expected, "fake quant")
     assert torch.equal(base[:, 7168:], keep), "columns outside x were written"

@@ -6,7 +6,7 @@ CUDA caller would get; a valid CPU call stops at the "needs a CUDA tensor" check
 import pytest
 import torch
 
-import tilekiln.quant as Q
+import kernelkiln.quant as Q
 
 F32, BF16, E4M3 = torch.float32, torch.bfloat16, torch.float8_e4m3fn
 
@@ -60,14 +60,14 @@ def test_per_channel_cast_bad_input_names_the_argument(call, exc, match):
                                              (128, True, (1, 256))])
 def test_per_channel_fake_shapes(gm, packed, shape):
     x = torch.empty((256, 256), dtype=BF16, device="meta")
-    q, sf = torch.ops.tilekiln.per_channel_cast(x, "e4m3", gm, packed, packed)
+    q, sf = torch.ops.kernelkiln.per_channel_cast(x, "e4m3", gm, packed, packed)
     assert q.shape == (256, 256) and q.dtype == E4M3
     assert tuple(sf.shape) == shape and sf.dtype == (torch.int32 if packed else F32)
 
 
 def test_cast_fake_shape_and_checks():
     x = torch.empty((3, 8), dtype=F32, device="meta")
-    y = torch.ops.tilekiln.cast(x, E4M3, True)
+    y = torch.ops.kernelkiln.cast(x, E4M3, True)
     assert y.shape == (3, 8) and y.dtype == E4M3
     with pytest.raises(ValueError, match="numel"):
-        torch.ops.tilekiln.cast(torch.empty((3, 3), device="meta"), BF16, True)
+        torch.ops.kernelkiln.cast(torch.empty((3, 3), device="meta"), BF16, True)

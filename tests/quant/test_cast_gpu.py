@@ -1,4 +1,4 @@
-"""quant.cast on the GPU against the bit-exact reference (tilekiln.torch.stochastic.cast_dtype).
+"""quant.cast on the GPU against the bit-exact reference (kernelkiln.torch.stochastic.cast_dtype).
 
 The stochastic rounding is a software emulation on every architecture, so these
 comparisons are bit-exact on sm_90a and sm_100a alike.
@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.quant import _cast
-from tilekiln.torch.stochastic import cast_dtype, stochastic_round
+import kernelkiln
+from kernelkiln.quant import _cast
+from kernelkiln.torch.stochastic import cast_dtype, stochastic_round
 from bitwise import assert_bitwise as _assert_bitwise  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -42,7 +42,7 @@ def _specials(dtype):
 def test_rne_matches_reference(seed, pair, shape):
     src, dst = pair
     x = _input(shape, src)
-    y = tilekiln.quant.cast(x, dst)
+    y = kernelkiln.quant.cast(x, dst)
     _assert_bitwise(y, cast_dtype(x.cpu(), dst), f"{src}->{dst} {shape}")
 
 
@@ -51,10 +51,10 @@ def test_rne_matches_reference(seed, pair, shape):
 def test_stochastic_matches_reference(seed, pair, shape):
     src, dst = pair
     x = _input(shape, src)
-    y = tilekiln.quant.cast(x, dst, stochastic_rounding=True)
+    y = kernelkiln.quant.cast(x, dst, stochastic_rounding=True)
     _assert_bitwise(y, cast_dtype(x.cpu(), dst, stochastic_rounding=True), f"SR {src}->{dst} {shape}")
     # deterministic: same input, same bits
-    _assert_bitwise(tilekiln.quant.cast(x, dst, stochastic_rounding=True), y, "rerun")
+    _assert_bitwise(kernelkiln.quant.cast(x, dst, stochastic_rounding=True), y, "rerun")
 
 
 @pytest.mark.parametrize("pair", RNE_PAIRS, ids=lambda p: f"{p}")
@@ -64,7 +64,7 @@ def test_special_values(pair, stochastic):
     if stochastic and pair not in SR_PAIRS:
         pytest.skip("no stochastic rounding for this pair")
     x = _specials(src).cuda()
-    y = tilekiln.quant.cast(x, dst, stochastic_rounding=stochastic)
+    y = kernelkiln.quant.cast(x, dst, stochastic_rounding=stochastic)
     _assert_bitwise(y, cast_dtype(x.cpu(), dst, stochastic_rounding=stochastic), f"specials {src}->{dst}")
 
 
@@ -74,7 +74,7 @@ def test_stochastic_is_unbiased(seed, dst):
     # Uniform in [1, 2): on each output grid the position between neighbours is uniform, so
     # a fair rounding puts half the non-exact results below x.
     x = torch.rand(n, device="cuda") + 1.0
-    y = tilekiln.quant.cast(x, dst, stochastic_rounding=True).float()
+    y = kernelkiln.quant.cast(x, dst, stochastic_rounding=True).float()
     inexact = y != x
     p_below = ((y < x) & inexact).sum().item() / inexact.sum().item()
     assert abs(p_below - 0.5) < 10 / math.sqrt(inexact.sum().item()), p_below
@@ -87,23 +87,23 @@ def test_misaligned_view_and_noncontiguous_input(seed):
     view = base[4:]  # 16-byte aligned
     odd = base[1:4001]  # 4-byte offset: copied to an aligned buffer first
     for x in (view, odd):
-        _assert_bitwise(tilekiln.quant.cast(x, E4M3, True), cast_dtype(x.cpu(), E4M3, True), "view")
+        _assert_bitwise(kernelkiln.quant.cast(x, E4M3, True), cast_dtype(x.cpu(), E4M3, True), "view")
     with pytest.raises(ValueError, match="contiguous"):
-        tilekiln.quant.cast(_input((64, 32), F32).t(), BF16)
+        kernelkiln.quant.cast(_input((64, 32), F32).t(), BF16)
 
 
 def test_quad_index_continues_across_launches(monkeypatch, seed):
     # A small launch size exercises the > 2**30-element path: q must continue across launches.
     monkeypatch.setattr(_cast, "CHUNK", 8192 * 4)
     x = _input((8192 * 4 * 3 + 40,), F32)
-    y = tilekiln.quant.cast(x, BF16, True)
+    y = kernelkiln.quant.cast(x, BF16, True)
     _assert_bitwise(y, cast_dtype(x.cpu(), BF16, True), "chunked")
 
 
 def test_large_tensor_chunk_boundary():
     n = (1 << 30) + 4096
     x = torch.randn(n, device="cuda")
-    y = tilekiln.quant.cast(x, E4M3, True)
+    y = kernelkiln.quant.cast(x, E4M3, True)
     lo = (1 << 30) - 4096
     ref = stochastic_round(x[lo:].cpu(), E4M3, quad_offset=lo // 4)
     _assert_bitwise(y[lo:], ref, "chunk boundary")

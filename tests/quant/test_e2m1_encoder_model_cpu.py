@@ -1,5 +1,5 @@
 """The FP4 encoder's arithmetic (kernels/common/numerics.e2m1_code_bits and e2m1_pack), modelled in numpy, against the
-reference rounding of tilekiln.torch: three FMA candidates 2**23 + offset + |y| * scale rounded to fp32, the
+reference rounding of kernelkiln.torch: three FMA candidates 2**23 + offset + |y| * scale rounded to fp32, the
 smallest of their bits as int32 (the kernel's __vimin3_s32), capped at the bits of 2**23 + 7.
 
 The packing model follows e2m1_pack instruction by instruction (PTX prmt semantics, including the
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from tilekiln.torch.quant import _e2m1_nibbles, pack_e2m1
+from kernelkiln.torch.quant import _e2m1_nibbles, pack_e2m1
 
 # The kernel's selector constant, from the kernel source (build time only: the GPU machine has no tilelang, and
 # this CPU test is skipped there).

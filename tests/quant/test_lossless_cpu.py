@@ -3,8 +3,8 @@ every bad input names the argument and what is allowed; valid CPU input fails on
 import pytest
 import torch
 
-import tilekiln.quant as Q
-import tilekiln.torch as R
+import kernelkiln.quant as Q
+import kernelkiln.torch as R
 
 
 def _x(t=128, h=256, packed=False):

@@ -1,10 +1,10 @@
 """GPU tests of per_block_cast_lossless and batched_transpose_weight_sf: bytes bit-identical to
-tilekiln.torch.quant_lossless, and scale errors raised as LosslessScaleError without killing the context."""
+kernelkiln.torch.quant_lossless, and scale errors raised as LosslessScaleError without killing the context."""
 import pytest
 import torch
 
-import tilekiln.quant as Q
-import tilekiln.torch as R
+import kernelkiln.quant as Q
+import kernelkiln.torch as R
 
 pytestmark = pytest.mark.gpu
 

@@ -3,7 +3,7 @@ input raises before any device work, naming the argument and what is allowed."""
 import pytest
 import torch
 
-import tilekiln.quant as Q
+import kernelkiln.quant as Q
 
 BF16 = torch.bfloat16
 
@@ -35,7 +35,7 @@ CASES = [
     (lambda: Q.norm_forward(_x(4, 128), None, 1e-6, out=_x(4, 64)), ValueError, "out must have shape"),
     (lambda: Q.norm_forward(_x(4, 128), None, 1e-6, out=torch.zeros(4, 128)), TypeError, "out has dtype"),
     (lambda: Q.norm_forward(_x(4, 128), None, 1e-6, with_rstd=1), TypeError, "with_rstd must be a bool"),
-    (lambda: Q.norm_forward(_x(4, 128), None, 1e-6), ValueError, "is on cpu; TileKiln kernels need a CUDA tensor"),
+    (lambda: Q.norm_forward(_x(4, 128), None, 1e-6), ValueError, "is on cpu; KernelKiln kernels need a CUDA tensor"),
     (lambda: Q.norm_forward(_x(2, 3, 128), None, 1e-6, out=_x(2, 4, 128)[:, :3]), ValueError,
      "rows evenly spaced"),
     (_cast(fmt="e2m1"), ValueError, "fmt must be one of"),
@@ -86,16 +86,16 @@ def test_bad_input_names_the_argument(call, exc, match):
 
 
 def test_norm_forward_is_registered_for_torch_compile():
-    assert hasattr(torch.ops.tilekiln, "norm_forward")
+    assert hasattr(torch.ops.kernelkiln, "norm_forward")
     with torch._subclasses.fake_tensor.FakeTensorMode():
         x = torch.empty(2, 3, 256, dtype=BF16)
-        y, rstd, ro = torch.ops.tilekiln.norm_forward(x, None, 1e-6, x, 1.0)
+        y, rstd, ro = torch.ops.kernelkiln.norm_forward(x, None, 1e-6, x, 1.0)
         assert y.shape == x.shape and rstd.shape == (2, 3) and ro.shape == x.shape
 
 
 def test_mega_moe_rows_are_the_spec_layout():
     """OPERATORS.md: chunks of bm tokens padded to 128 rows, each 128-row tile stored 4 x 32 transposed."""
-    from tilekiln.torch import mega_moe_sf_rows
+    from kernelkiln.torch import mega_moe_sf_rows
     for t, bm in ((300, 200), (512, 128), (5, 64), (1000, 384)):
         rows, needed = mega_moe_sf_rows(t, bm)
         assert needed == -(-t // bm) * (-(-bm // 128) * 128)

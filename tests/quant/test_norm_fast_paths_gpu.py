@@ -1,4 +1,4 @@
-"""norm_forward fast paths on the GPU, bit for bit against tilekiln.torch.norm.
+"""norm_forward fast paths on the GPU, bit for bit against kernelkiln.torch.norm.
 
 The kernel picks one of three chunk loops per launch: weight with out_scale == 1 (the
 w * 1.0 multiply is skipped, exact), weight with another out_scale, and no weight. The
@@ -8,9 +8,9 @@ benchmarked case), special weight values (+-0, subnormals) and whole chunks past
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast as ref_cast
-from tilekiln.torch import norm_forward_ref
+import kernelkiln
+from kernelkiln.torch import cast as ref_cast
+from kernelkiln.torch import norm_forward_ref
 
 pytestmark = pytest.mark.gpu
 
@@ -54,7 +54,7 @@ def test_cast_weight_modes_bitwise(seed, dtype, h, opt, weight_kind, out_scale):
     round_sf, packed = SF_OPTIONS[opt]
     x = _rand((37, h), dtype)
     w = None if weight_kind == "none" else _weight(h, dtype, weight_kind == "special")
-    (q, sf), ob, rstd, _ = tilekiln.quant.norm_forward_and_per_token_cast(
+    (q, sf), ob, rstd, _ = kernelkiln.quant.norm_forward_and_per_token_cast(
         x, w, 1e-6, "e4m3", 32, out_scale=out_scale, round_sf=round_sf, use_packed_ue8m0=packed,
         with_out_bf16=True, with_rstd=True)
     eo, er, _ = norm_forward_ref(x.cpu(), None if w is None else w.cpu(), 1e-6, out_scale=out_scale)
@@ -71,7 +71,7 @@ def test_cast_weight_modes_bitwise(seed, dtype, h, opt, weight_kind, out_scale):
 def test_plain_out_scale_one_bitwise(seed, dtype, h, weight_kind):
     x = _rand((41, h), dtype)
     w = None if weight_kind == "none" else _weight(h, dtype, weight_kind == "special")
-    out, rstd, _ = tilekiln.quant.norm_forward(x, w, 1e-6, with_rstd=True)
+    out, rstd, _ = kernelkiln.quant.norm_forward(x, w, 1e-6, with_rstd=True)
     eo, er, _ = norm_forward_ref(x.cpu(), None if w is None else w.cpu(), 1e-6)
     _same(out, eo, "out")
     _same(rstd, er, "rstd")

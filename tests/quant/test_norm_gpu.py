@@ -1,10 +1,10 @@
-"""RMSNorm kernels on the GPU, bit for bit against tilekiln.torch.norm (run on the CPU as the oracle)."""
+"""RMSNorm kernels on the GPU, bit for bit against kernelkiln.torch.norm (run on the CPU as the oracle)."""
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast as ref_cast
-from tilekiln.torch import norm_backward_ref, norm_forward_ref
+import kernelkiln
+from kernelkiln.torch import cast as ref_cast
+from kernelkiln.torch import norm_backward_ref, norm_forward_ref
 
 pytestmark = pytest.mark.gpu
 
@@ -45,7 +45,7 @@ def test_norm_forward_bitwise(seed, dtype, h, residual, with_weight):
     x = _rand((t, h), dtype)
     r = _rand((t, h), dtype) if residual else None
     w = _weight(h, dtype) if with_weight else None
-    out, rstd, norm_input = tilekiln.quant.norm_forward(x, w, 1e-6, residual=r, out_scale=0.75, with_rstd=True)
+    out, rstd, norm_input = kernelkiln.quant.norm_forward(x, w, 1e-6, residual=r, out_scale=0.75, with_rstd=True)
     eo, er, ei = norm_forward_ref(x.cpu(), None if w is None else w.cpu(), 1e-6,
                                   residual=None if r is None else r.cpu(), out_scale=0.75)
     _same(out, eo, "out")
@@ -59,12 +59,12 @@ def test_norm_forward_bitwise(seed, dtype, h, residual, with_weight):
 def test_norm_forward_edge_shapes_and_3d(seed, shape):
     x = _rand(shape, torch.bfloat16)
     w = _weight(shape[-1], torch.bfloat16)
-    out, rstd, _ = tilekiln.quant.norm_forward(x, w, 1e-5, with_rstd=True)
+    out, rstd, _ = kernelkiln.quant.norm_forward(x, w, 1e-5, with_rstd=True)
     assert out.shape == x.shape and rstd.shape == x.shape[:-1]
     eo, er, _ = norm_forward_ref(x.cpu(), w.cpu(), 1e-5)
     _same(out, eo, "out")
     _same(rstd, er, "rstd")
-    out2, rstd2, _ = tilekiln.quant.norm_forward(x, w, 1e-5)
+    out2, rstd2, _ = kernelkiln.quant.norm_forward(x, w, 1e-5)
     assert rstd2 is None
     _same(out2, eo, "out (no rstd)")
 
@@ -77,14 +77,14 @@ def test_norm_forward_strided_rows_and_poisoned_out(seed, dtype):
     w = _weight(7168, dtype)
     out = torch.full((300, 7168), float("nan"), dtype=dtype, device="cuda")
     ro = torch.full((300, 7168), float("nan"), dtype=dtype, device="cuda")
-    y, rstd, ni = tilekiln.quant.norm_forward(x, w, 1e-6, residual=r, out=out, residual_out=ro)
+    y, rstd, ni = kernelkiln.quant.norm_forward(x, w, 1e-6, residual=r, out=out, residual_out=ro)
     assert y is out and ni is ro and rstd is None
     eo, _, ei = norm_forward_ref(x.cpu(), w.cpu(), 1e-6, residual=r.cpu())
     _same(out, eo, "out")
     _same(ro, ei, "residual_out")
     # 3-D input whose batch stride is not T * row stride
     x3 = _rand((2, 9, 512), dtype, stride_pad=32)[:, 1:8]
-    y3, rstd3, _ = tilekiln.quant.norm_forward(x3, None, 1e-6, with_rstd=True)
+    y3, rstd3, _ = kernelkiln.quant.norm_forward(x3, None, 1e-6, with_rstd=True)
     e3, er3, _ = norm_forward_ref(x3.cpu(), None, 1e-6)
     _same(y3, e3, "3-D out")
     _same(rstd3, er3, "3-D rstd")
@@ -109,7 +109,7 @@ def test_norm_forward_and_per_token_cast_bitwise(seed, dtype, h, opt, residual):
     x = _rand((t, h), dtype)
     r = _rand((t, h), dtype) if residual else None
     w = _weight(h, dtype)
-    (q, sf), ob, rstd, ni = tilekiln.quant.norm_forward_and_per_token_cast(
+    (q, sf), ob, rstd, ni = kernelkiln.quant.norm_forward_and_per_token_cast(
         x, w, 1e-6, "e4m3", 32, residual=r, out_scale=1.5, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
         use_packed_ue8m0=packed, with_out_bf16=True, with_rstd=True)
     eo, er, ei = norm_forward_ref(x.cpu(), w.cpu(), 1e-6, residual=None if r is None else r.cpu(), out_scale=1.5)
@@ -123,8 +123,8 @@ def test_norm_forward_and_per_token_cast_bitwise(seed, dtype, h, opt, residual):
     _same(ni, ei, "norm_input")
     # the same data as the unfused pipeline: per_token_cast(norm_forward(x))
     if not col and h % 64 == 0:
-        y, _, _ = tilekiln.quant.norm_forward(x, w, 1e-6, residual=r, out_scale=1.5)
-        q2, sf2 = tilekiln.quant.per_token_cast(y, "e4m3", 32, round_sf=round_sf, use_packed_ue8m0=packed)
+        y, _, _ = kernelkiln.quant.norm_forward(x, w, 1e-6, residual=r, out_scale=1.5)
+        q2, sf2 = kernelkiln.quant.per_token_cast(y, "e4m3", 32, round_sf=round_sf, use_packed_ue8m0=packed)
         _same(q, q2, "data vs per_token_cast(norm_forward)")
         _same(sf, sf2, "scales vs per_token_cast(norm_forward)")
 
@@ -133,7 +133,7 @@ def test_norm_forward_and_cast_3d_out_buffers_and_edges(seed):
     x = _rand((2, 33, 7168), torch.bfloat16)
     q = torch.full((2, 33, 7168), -1, dtype=torch.int8, device="cuda").view(torch.float8_e4m3fn)
     sf = torch.full((2, 33, 56), -1, dtype=torch.int32, device="cuda")
-    (q_, sf_), ob, rstd, ni = tilekiln.quant.norm_forward_and_per_token_cast(
+    (q_, sf_), ob, rstd, ni = kernelkiln.quant.norm_forward_and_per_token_cast(
         x, None, 1e-6, "e4m3", 32, round_sf=True, use_packed_ue8m0=True, out=(q, sf))
     assert q_ is q and sf_ is sf and ob is None and rstd is None and ni is x
     eo, _, _ = norm_forward_ref(x.cpu(), None, 1e-6)
@@ -142,7 +142,7 @@ def test_norm_forward_and_cast_3d_out_buffers_and_edges(seed):
     _same(sf.view(66, 56), esf, "scales")
     for t in (0, 1):
         x = _rand((t, 1552), torch.float32)  # 1552 = 48 blocks of 32 + a 16-wide partial block
-        (q, sf), _, _, _ = tilekiln.quant.norm_forward_and_per_token_cast(x, None, 1e-6, "e4m3", 32, round_sf=True,
+        (q, sf), _, _, _ = kernelkiln.quant.norm_forward_and_per_token_cast(x, None, 1e-6, "e4m3", 32, round_sf=True,
                                                                          use_packed_ue8m0=True)
         eo, _, _ = norm_forward_ref(x.cpu(), None, 1e-6)
         eq, esf = ref_cast(eo, "e4m3", (1, 32), round_sf=True, use_packed_ue8m0=True)
@@ -158,11 +158,11 @@ def test_norm_backward_bitwise(seed, dtype, h, with_weight, with_rog):
     t = 301
     x = _rand((t, h), dtype)
     w = _weight(h, dtype) if with_weight else None
-    _, rstd, _ = tilekiln.quant.norm_forward(x, w, 1e-6, with_rstd=True)
+    _, rstd, _ = kernelkiln.quant.norm_forward(x, w, 1e-6, with_rstd=True)
     dy = _rand((t, h), dtype)
     rog = _rand((t, h), dtype) if with_rog else None
-    dx, dw = tilekiln.quant.norm_backward(dy, x, w, rstd, residual_out_grad=rog, out_scale=0.5)
-    p = tilekiln.quant.norm_backward_num_partials(dtype)
+    dx, dw = kernelkiln.quant.norm_backward(dy, x, w, rstd, residual_out_grad=rog, out_scale=0.5)
+    p = kernelkiln.quant.norm_backward_num_partials(dtype)
     edx, edw = norm_backward_ref(dy.cpu(), x.cpu(), None if w is None else w.cpu(), rstd.cpu(),
                                  residual_out_grad=None if rog is None else rog.cpu(), out_scale=0.5, num_partials=p)
     _same(dx, edx, "x_grad")
@@ -182,15 +182,15 @@ def test_norm_backward_accumulates_weight_grad_and_is_reproducible(seed, wg_dtyp
     rstd = torch.rand(t, device="cuda") + 0.5
     wg0 = torch.randn(h, device="cuda").to(wg_dtype)
     wg = wg0.clone()
-    dx, out = tilekiln.quant.norm_backward(dy, x, w, rstd, weight_grad=wg)
+    dx, out = kernelkiln.quant.norm_backward(dy, x, w, rstd, weight_grad=wg)
     assert out is wg
-    p = tilekiln.quant.norm_backward_num_partials(torch.bfloat16)
+    p = kernelkiln.quant.norm_backward_num_partials(torch.bfloat16)
     edx, ewg = norm_backward_ref(dy.cpu(), x.cpu(), w.cpu(), rstd.cpu(), weight_grad=wg0.cpu(), num_partials=p)
     _same(dx, edx, "x_grad")
     _same(wg, ewg, "weight_grad accumulated")
     for _ in range(3):  # run to run: identical bits
-        dx2, dw2 = tilekiln.quant.norm_backward(dy, x, w, rstd)
-        _, dw3 = tilekiln.quant.norm_backward(dy, x, w, rstd)
+        dx2, dw2 = kernelkiln.quant.norm_backward(dy, x, w, rstd)
+        _, dw3 = kernelkiln.quant.norm_backward(dy, x, w, rstd)
         _same(dw2, dw3, "weight_grad reproducible")
         _same(dx2, dx, "x_grad reproducible")
 
@@ -201,8 +201,8 @@ def test_norm_backward_small_token_counts(seed):
         dy = _rand((t, 1024), torch.float32)
         w = _weight(1024, torch.float32)
         rstd = torch.rand(t, device="cuda") + 0.5
-        dx, dw = tilekiln.quant.norm_backward(dy, x, w, rstd)
-        p = tilekiln.quant.norm_backward_num_partials(torch.float32)
+        dx, dw = kernelkiln.quant.norm_backward(dy, x, w, rstd)
+        p = kernelkiln.quant.norm_backward_num_partials(torch.float32)
         edx, edw = norm_backward_ref(dy.cpu(), x.cpu(), w.cpu(), rstd.cpu(), num_partials=p)
         _same(dx, edx, f"x_grad T={t}")
         _same(dw, edw, f"weight_grad T={t}")
@@ -214,7 +214,7 @@ def test_norm_backward_small_token_counts(seed):
 def test_norm_forward_and_cast_mega_moe_scales(seed, packed, t, bm, col_major_view):
     """The MegaMoE copy of the packed UE8M0 scales, at the spec's rows of a poisoned buffer (given row-major or
     as an M-major view); rows no token maps to keep their poison."""
-    from tilekiln.torch import mega_moe_sf_ref, mega_moe_sf_rows, pack_ue8m0
+    from kernelkiln.torch import mega_moe_sf_ref, mega_moe_sf_rows, pack_ue8m0
     h = 1536
     x, w = _rand((t, h), torch.bfloat16), _weight(h, torch.bfloat16)
     _, needed = mega_moe_sf_rows(t, bm)
@@ -222,7 +222,7 @@ def test_norm_forward_and_cast_mega_moe_scales(seed, packed, t, bm, col_major_vi
     base = torch.full((h // 128, rows) if col_major_view else (rows, h // 128), -0x5A5A5A5B, dtype=torch.int32,
                       device="cuda")
     mega = base.t() if col_major_view else base
-    (q, sf), _, _, _ = tilekiln.quant.norm_forward_and_per_token_cast(
+    (q, sf), _, _, _ = kernelkiln.quant.norm_forward_and_per_token_cast(
         x, w, 1e-6, "e4m3", 32, round_sf=True, use_packed_ue8m0=packed, mega_moe_sf=mega, mega_moe_block_m=bm)
     eo, _, _ = norm_forward_ref(x.cpu(), w.cpu(), 1e-6)
     _, esf = ref_cast(eo, "e4m3", (1, 32), round_sf=True, use_packed_ue8m0=True)

@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast, cast_back, per_block_cast_ref, per_token_cast_and_cast_back_ref
+import kernelkiln
+from kernelkiln.torch import cast, cast_back, per_block_cast_ref, per_token_cast_and_cast_back_ref
 
-Q = tilekiln.quant
+Q = kernelkiln.quant
 
 
 def _x(t=256, h=256, dtype=torch.bfloat16):
@@ -155,8 +155,8 @@ def test_fake_quant_rejects_bad_arguments():
 def test_fake_registrations_give_reference_shapes():
     # Meta tensors dispatch to the register_fake implementations (what torch.compile traces with).
     x = torch.empty(256, 512, dtype=torch.bfloat16, device="meta")
-    q, sf = torch.ops.tilekiln.per_block_cast(x, "e4m3", [128, 128], True, True, True)
+    q, sf = torch.ops.kernelkiln.per_block_cast(x, "e4m3", [128, 128], True, True, True)
     assert q.shape == (256, 512) and sf.shape == (2, 1) and sf.dtype == torch.int32 and sf.stride() == (1, 4)
     data = torch.empty(256, 512, dtype=torch.float8_e4m3fn, device="meta")
-    out = torch.ops.tilekiln.cast_back(data, torch.empty(256, 4, device="meta"), "bf16", [1, 128])
+    out = torch.ops.kernelkiln.cast_back(data, torch.empty(256, 4, device="meta"), "bf16", [1, 128])
     assert out.shape == (256, 512) and out.dtype == torch.bfloat16

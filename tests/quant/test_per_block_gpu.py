@@ -1,9 +1,9 @@
-"""per_block_cast (+ sf-only / precomputed) on the GPU against the bit-exact reference (tilekiln.torch.cast)."""
+"""per_block_cast (+ sf-only / precomputed) on the GPU against the bit-exact reference (kernelkiln.torch.cast)."""
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast as ref_cast
+import kernelkiln
+from kernelkiln.torch import cast as ref_cast
 from bitwise import assert_bitwise as _assert_bitwise  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -32,7 +32,7 @@ def _input(t, h, dtype, stride=None):
 def test_per_block_cast_matches_reference(seed, dtype, fmt, block, opt, shape):
     round_sf, packed, col = SCALE_OPTIONS[opt]
     x = _input(*shape, dtype)
-    q, sf = tilekiln.quant.per_block_cast(x, fmt, block, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+    q, sf = kernelkiln.quant.per_block_cast(x, fmt, block, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
                                           use_packed_ue8m0=packed)
     rq, rsf = ref_cast(x, fmt, block, round_sf=round_sf, use_tma_aligned_col_major_sf=col, use_packed_ue8m0=packed)
     _assert_bitwise(q, rq, "data")
@@ -52,7 +52,7 @@ def test_special_values(fmt):
     for dtype in (torch.bfloat16, torch.float32):
         xd = x.to(dtype)
         for round_sf in (False, True):
-            q, sf = tilekiln.quant.per_block_cast(xd, fmt, (128, 128), round_sf=round_sf)
+            q, sf = kernelkiln.quant.per_block_cast(xd, fmt, (128, 128), round_sf=round_sf)
             rq, rsf = ref_cast(xd, fmt, (128, 128), round_sf=round_sf)
             _assert_bitwise(q, rq, "data")
             _assert_bitwise(sf, rsf, "scales")
@@ -65,7 +65,7 @@ def test_strided_rows_and_poisoned_out(seed, fmt):
     q = torch.full((384, 7168 if fmt == "e4m3" else 3584), -1, dtype=torch.int8, device="cuda")
     q = q.view(torch.float8_e4m3fn) if fmt == "e4m3" else q
     sf = torch.full((3, 56), float("nan"), device="cuda")
-    out = tilekiln.quant.per_block_cast(x, fmt, (128, 128), out=(q, sf))
+    out = kernelkiln.quant.per_block_cast(x, fmt, (128, 128), out=(q, sf))
     assert out[0] is q and out[1] is sf
     rq, rsf = ref_cast(x.contiguous(), fmt, (128, 128))
     _assert_bitwise(q, rq, "data")
@@ -77,7 +77,7 @@ def test_strided_rows_and_poisoned_out(seed, fmt):
 def test_sf_only_matches(seed, opt, block):
     round_sf, packed, col = SCALE_OPTIONS[opt]
     x = _input(512, 4096, torch.bfloat16)
-    sf = tilekiln.quant.per_block_cast_with_sf_only(x, "e4m3", block, use_tma_aligned_col_major_sf=col,
+    sf = kernelkiln.quant.per_block_cast_with_sf_only(x, "e4m3", block, use_tma_aligned_col_major_sf=col,
                                                     round_sf=round_sf, use_packed_ue8m0=packed)
     _, rsf = ref_cast(x, "e4m3", block, round_sf=round_sf, use_tma_aligned_col_major_sf=col, use_packed_ue8m0=packed)
     _assert_bitwise(sf, rsf, "scales")
@@ -86,7 +86,7 @@ def test_sf_only_matches(seed, opt, block):
 def test_sf_only_into_out_sf(seed):
     x = _input(256, 2048, torch.float32)
     out_sf = torch.full((8, 16), float("nan"), device="cuda")
-    assert tilekiln.quant.per_block_cast_with_sf_only(x, "e2m1", (32, 128), out_sf=out_sf) is out_sf
+    assert kernelkiln.quant.per_block_cast_with_sf_only(x, "e2m1", (32, 128), out_sf=out_sf) is out_sf
     _, rsf = ref_cast(x, "e2m1", (32, 128))
     _assert_bitwise(out_sf, rsf, "scales")
 
@@ -97,27 +97,27 @@ def test_sf_only_into_out_sf(seed):
 def test_precomputed_sf_matches(seed, dtype, fmt, block):
     x = _input(256, 2048, dtype)
     _, sf = ref_cast(x, fmt, block, round_sf=True)
-    q = tilekiln.quant.per_block_cast_with_precomputed_sf(x, fmt, block, sf)
+    q = kernelkiln.quant.per_block_cast_with_precomputed_sf(x, fmt, block, sf)
     rq = ref_cast(x, fmt, block, sf=sf)
     _assert_bitwise(q, rq, "data")
 
 
 def test_zero_tokens_returns_empty():
     x = torch.empty(0, 7168, dtype=torch.bfloat16, device="cuda")
-    q, sf = tilekiln.quant.per_block_cast(x, "e4m3", (128, 128))
+    q, sf = kernelkiln.quant.per_block_cast(x, "e4m3", (128, 128))
     assert q.shape == (0, 7168) and sf.shape == (0, 56)
 
 
 def test_repeatable_run_to_run(seed):
     x = _input(1024, 7168, torch.bfloat16)
-    a = tilekiln.quant.per_block_cast(x, "e2m1", (32, 32), round_sf=True, use_packed_ue8m0=True)
-    b = tilekiln.quant.per_block_cast(x, "e2m1", (32, 32), round_sf=True, use_packed_ue8m0=True)
+    a = kernelkiln.quant.per_block_cast(x, "e2m1", (32, 32), round_sf=True, use_packed_ue8m0=True)
+    b = kernelkiln.quant.per_block_cast(x, "e2m1", (32, 32), round_sf=True, use_packed_ue8m0=True)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
 def test_torch_compile_goes_through_the_custom_op(seed):
     x = _input(256, 1024, torch.bfloat16)
-    f = torch.compile(lambda t: tilekiln.quant.per_block_cast(t, "e4m3", (128, 128), round_sf=True), fullgraph=True)
+    f = torch.compile(lambda t: kernelkiln.quant.per_block_cast(t, "e4m3", (128, 128), round_sf=True), fullgraph=True)
     q, sf = f(x)
     rq, rsf = ref_cast(x, "e4m3", (128, 128), round_sf=True)
     _assert_bitwise(q, rq, "data")

@@ -3,8 +3,8 @@ transcription of OPERATORS.md §2.1, and argument errors (raised before any devi
 import pytest
 import torch
 
-from tilekiln.quant import _per_channel
-from tilekiln.torch.quant_v1 import per_channel_cast_fused_ref
+from kernelkiln.quant import _per_channel
+from kernelkiln.torch.quant_v1 import per_channel_cast_fused_ref
 
 
 def _spec(data, sf, pos, round_sf):

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast as ref_cast
-from tilekiln.torch.quant_v1 import per_channel_cast_fused_ref
+import kernelkiln
+from kernelkiln.torch import cast as ref_cast
+from kernelkiln.torch.quant_v1 import per_channel_cast_fused_ref
 
 from bitwise import assert_bitwise  # noqa: E402  (tests/ is on sys.path: conftest)
 
@@ -30,7 +30,7 @@ def _fp8_input(t, h, g, col_major=False):
 def test_fp8_input_per_channel_cast(seed, g, gm, opt, col_major, shape):
     round_sf, packed = opt
     x = _fp8_input(*shape, g, col_major)
-    q, sf = tilekiln.quant.per_channel_cast(x, "e4m3", gm, round_sf=round_sf, num_per_channels=g,
+    q, sf = kernelkiln.quant.per_channel_cast(x, "e4m3", gm, round_sf=round_sf, num_per_channels=g,
                                             use_packed_ue8m0=packed)
     rq, rsf = ref_cast(x, "e4m3", (gm, 1), x_block_size=(1, g), round_sf=round_sf, use_packed_ue8m0=packed)
     assert_bitwise(q, rq, "data")
@@ -48,7 +48,7 @@ def test_fused_no_gather(seed, fp8, round_sf, t, h):
         x = (torch.randn(t, h, device="cuda") * torch.exp2(torch.randint(-20, 12, (1, h), device="cuda").float())
              ).to(torch.bfloat16)
     g = 128 if fp8 else None
-    q, sf = tilekiln.quant.per_channel_cast_fused(x, "e4m3", 128, round_sf=round_sf, num_per_channels=g)
+    q, sf = kernelkiln.quant.per_channel_cast_fused(x, "e4m3", 128, round_sf=round_sf, num_per_channels=g)
     rq, rsf = per_channel_cast_fused_ref(x, "e4m3", 128, round_sf, g)
     assert_bitwise(q, rq, "data")
     assert_bitwise(sf, rsf, "scales")
@@ -67,7 +67,7 @@ def test_fused_gather(seed, fp8, round_sf, tn):
     junk = torch.full((1 << 24,), 0xFF, dtype=torch.uint8, device="cuda")  # poison the allocator
     del junk
     g = 128 if fp8 else None
-    q, sf = tilekiln.quant.per_channel_cast_fused(x, "e4m3", 128, round_sf=round_sf, num_per_channels=g,
+    q, sf = kernelkiln.quant.per_channel_cast_fused(x, "e4m3", 128, round_sf=round_sf, num_per_channels=g,
                                                   pos_to_token=pos)
     rq, rsf = per_channel_cast_fused_ref(x, "e4m3", 128, round_sf, g, pos)
     assert_bitwise(q, rq, "data")

@@ -1,9 +1,9 @@
-"""per_channel_cast on the GPU against the bit-exact reference tilekiln.torch.cast(x, 'e4m3', (gm, 1))."""
+"""per_channel_cast on the GPU against the bit-exact reference kernelkiln.torch.cast(x, 'e4m3', (gm, 1))."""
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast as ref_cast
+import kernelkiln
+from kernelkiln.torch import cast as ref_cast
 from bitwise import assert_bitwise  # noqa: E402
 
 
@@ -32,7 +32,7 @@ def _input(t, h, dtype):
 def test_per_channel_cast_matches_reference(seed, dtype, gm, opt, shape):
     round_sf, packed = OPTIONS[opt]
     x = _input(*shape, dtype)
-    q, sf = tilekiln.quant.per_channel_cast(x, "e4m3", gm, round_sf=round_sf, use_packed_ue8m0=packed)
+    q, sf = kernelkiln.quant.per_channel_cast(x, "e4m3", gm, round_sf=round_sf, use_packed_ue8m0=packed)
     rq, rsf = ref_cast(x, "e4m3", (gm, 1), round_sf=round_sf, use_packed_ue8m0=packed)
     _assert_bitwise(q, rq, "data")
     _assert_bitwise(sf, rsf, "scales")
@@ -49,7 +49,7 @@ def test_special_values(seed, dtype, opt):
     x[:, 3] = 2.0**-130 if dtype == torch.float32 else 2.0**-120  # subnormal / tiny columns
     x[7, 4] = float("nan")  # NaN: not counted in the amax, encoded as 0x7F
     x[9, 5] = float("inf")  # inf: amax inf, sf inf, data NaN-free per the reference
-    q, sf = tilekiln.quant.per_channel_cast(x, "e4m3", 128, round_sf=round_sf, use_packed_ue8m0=packed)
+    q, sf = kernelkiln.quant.per_channel_cast(x, "e4m3", 128, round_sf=round_sf, use_packed_ue8m0=packed)
     rq, rsf = ref_cast(x, "e4m3", (128, 1), round_sf=round_sf, use_packed_ue8m0=packed)
     _assert_bitwise(q[:, :5], rq[:, :5], "special data")
     _assert_bitwise(sf[:, :5], rsf[:, :5], "special scales")
@@ -58,13 +58,13 @@ def test_special_values(seed, dtype, opt):
 
 def test_empty_and_poisoned_outputs_are_fully_written(seed):
     x = torch.empty((0, 256), dtype=torch.bfloat16, device="cuda")
-    q, sf = tilekiln.quant.per_channel_cast(x, "e4m3", 128)
+    q, sf = kernelkiln.quant.per_channel_cast(x, "e4m3", 128)
     assert q.shape == (0, 256) and sf.shape == (0, 256)
     # Fill the caching allocator's free blocks with 0xFF first, so an unwritten byte would show.
     junk = torch.full((1 << 24,), 0xFF, dtype=torch.uint8, device="cuda")
     del junk
     x = _input(640, 2048, torch.bfloat16)
-    q, sf = tilekiln.quant.per_channel_cast(x, "e4m3", 128, round_sf=True, use_packed_ue8m0=True)
+    q, sf = kernelkiln.quant.per_channel_cast(x, "e4m3", 128, round_sf=True, use_packed_ue8m0=True)
     rq, rsf = ref_cast(x, "e4m3", (128, 1), round_sf=True, use_packed_ue8m0=True)
     _assert_bitwise(q, rq, "data")
     _assert_bitwise(sf, rsf, "packed scales with zero padding bytes")

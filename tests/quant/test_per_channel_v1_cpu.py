@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from tilekiln.quant import per_channel_cast_and_transpose, swiglu_forward_and_per_channel_cast_and_transpose
-from tilekiln.torch import cast, swiglu_forward
-from tilekiln.torch.quant_v1 import (
+from kernelkiln.quant import per_channel_cast_and_transpose, swiglu_forward_and_per_channel_cast_and_transpose
+from kernelkiln.torch import cast, swiglu_forward
+from kernelkiln.torch.quant_v1 import (
     per_channel_cast_and_transpose_ref,
     swiglu_forward_and_per_channel_cast_and_transpose_ref,
 )
@@ -61,13 +61,13 @@ def test_fake_shapes(gm):
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
         x = torch.empty(256, 192, dtype=torch.bfloat16, device="cuda")
-        q, sf = torch.ops.tilekiln.per_channel_cast_and_transpose(x, "e4m3", gm, False)
+        q, sf = torch.ops.kernelkiln.per_channel_cast_and_transpose(x, "e4m3", gm, False)
         assert q.shape == (192, 256) and q.dtype == torch.float8_e4m3fn
         assert sf.shape == (256 // gm, 192) and sf.dtype == torch.float32
         x2 = torch.empty(256, 384, dtype=torch.bfloat16, device="cuda")
-        q, sf = torch.ops.tilekiln.swiglu_forward_and_per_channel_cast_and_transpose(x2, "e4m3", gm, True, False, 10.0)
+        q, sf = torch.ops.kernelkiln.swiglu_forward_and_per_channel_cast_and_transpose(x2, "e4m3", gm, True, False, 10.0)
         assert q.shape == (192, 256) and sf.shape == (256 // gm, 192)
-        q, sf = torch.ops.tilekiln.swiglu_forward_and_per_channel_cast_and_transpose(x2, "e4m3", gm, False, True, None)
+        q, sf = torch.ops.kernelkiln.swiglu_forward_and_per_channel_cast_and_transpose(x2, "e4m3", gm, False, True, None)
         assert q.shape == (256, 192) and sf.shape == (256 // gm, 192)
 
 

@@ -1,13 +1,13 @@
 """v1 per_channel_cast_and_transpose / swiglu_forward_and_per_channel_cast_and_transpose on the GPU.
 
-Bit-exact against tilekiln.torch.quant_v1 (cast(y, 'e4m3', (gm, 1)) of x or of the fp32 SwiGLU,
+Bit-exact against kernelkiln.torch.quant_v1 (cast(y, 'e4m3', (gm, 1)) of x or of the fp32 SwiGLU,
 computed on the same GPU so that torch's expf matches the kernel's).
 """
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch.quant_v1 import (
+import kernelkiln
+from kernelkiln.torch.quant_v1 import (
     per_channel_cast_and_transpose_ref,
     swiglu_forward_and_per_channel_cast_and_transpose_ref,
 )
@@ -55,7 +55,7 @@ def _poison():
 @pytest.mark.parametrize("round_sf", [False, True])
 def test_per_channel_cast_and_transpose(seed, t, h, gm, round_sf):
     x = _input(t, h)
-    q, sf = tilekiln.quant.per_channel_cast_and_transpose(x, "e4m3", gm, round_sf=round_sf)
+    q, sf = kernelkiln.quant.per_channel_cast_and_transpose(x, "e4m3", gm, round_sf=round_sf)
     rq, rsf = per_channel_cast_and_transpose_ref(x, "e4m3", gm, round_sf)
     _assert_bitwise(q, rq, "data")
     _assert_bitwise(sf, rsf, "scales")
@@ -71,7 +71,7 @@ def test_swiglu_forward_and_per_channel_cast_and_transpose(seed, t, i, gm, round
     if t == 8064 and i not in (192, 2048):
         pytest.skip("8064 tokens: two I values are enough")
     x = _swiglu_input(t, i)
-    q, sf = tilekiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(
+    q, sf = kernelkiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(
         x, "e4m3", gm, round_sf=round_sf, without_transpose=without_transpose, swiglu_clamp_value=clamp)
     rq, rsf = swiglu_forward_and_per_channel_cast_and_transpose_ref(x, "e4m3", gm, round_sf, without_transpose, clamp)
     _assert_bitwise(q, rq, "data")
@@ -85,9 +85,9 @@ def test_special_values(seed, gm):
     x[5, 2] = 448.0 * 2**100  # one huge value dominates its column block
     x[:, 3] = 2.0**-120  # tiny column
     x[7, 4] = float("nan")  # NaN: not counted in the amax
-    for fn, ref in ((lambda v: tilekiln.quant.per_channel_cast_and_transpose(v, "e4m3", gm),
+    for fn, ref in ((lambda v: kernelkiln.quant.per_channel_cast_and_transpose(v, "e4m3", gm),
                      lambda v: per_channel_cast_and_transpose_ref(v, "e4m3", gm)),
-                    (lambda v: tilekiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(
+                    (lambda v: kernelkiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(
                         v, "e4m3", gm, without_transpose=True, swiglu_clamp_value=10.0),
                      lambda v: swiglu_forward_and_per_channel_cast_and_transpose_ref(v, "e4m3", gm, False, True, 10.0))):
         q, sf = fn(x)
@@ -98,9 +98,9 @@ def test_special_values(seed, gm):
 
 def test_empty_tokens():
     x = torch.empty((0, 128), dtype=torch.bfloat16, device="cuda")
-    q, sf = tilekiln.quant.per_channel_cast_and_transpose(x, "e4m3", 128)
+    q, sf = kernelkiln.quant.per_channel_cast_and_transpose(x, "e4m3", 128)
     assert q.shape == (128, 0) and sf.shape == (0, 128)
-    q, sf = tilekiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", 32)
+    q, sf = kernelkiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", 32)
     assert q.shape == (64, 0) and sf.shape == (0, 64)
 
 
@@ -109,12 +109,12 @@ def test_torch_compile_matches_eager(seed):
 
     @torch.compile(fullgraph=True)
     def f(v):
-        a = tilekiln.quant.per_channel_cast_and_transpose(v, "e4m3", 128, round_sf=True)
-        b = tilekiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(v, "e4m3", 32, swiglu_clamp_value=0.5)
+        a = kernelkiln.quant.per_channel_cast_and_transpose(v, "e4m3", 128, round_sf=True)
+        b = kernelkiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(v, "e4m3", 32, swiglu_clamp_value=0.5)
         return a + b
 
     got = f(x)
-    want = (*tilekiln.quant.per_channel_cast_and_transpose(x, "e4m3", 128, round_sf=True),
-            *tilekiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", 32, swiglu_clamp_value=0.5))
+    want = (*kernelkiln.quant.per_channel_cast_and_transpose(x, "e4m3", 128, round_sf=True),
+            *kernelkiln.quant.swiglu_forward_and_per_channel_cast_and_transpose(x, "e4m3", 32, swiglu_clamp_value=0.5))
     for g, w in zip(got, want):
         _assert_bitwise(g, w, "compiled")

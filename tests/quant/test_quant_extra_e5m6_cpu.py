@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-import tilekiln.quant as Q
-from tilekiln.torch.quant_extra import cast_to_e5m6
+import kernelkiln.quant as Q
+from kernelkiln.torch.quant_extra import cast_to_e5m6
 
 
 def _x(t=4, h=64, dtype=torch.bfloat16):

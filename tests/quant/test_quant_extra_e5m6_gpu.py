@@ -1,9 +1,9 @@
-"""GPU tests of the E5M6 kernels: bytes bit-identical to tilekiln.torch.quant_extra (OPERATORS.md §2.2)."""
+"""GPU tests of the E5M6 kernels: bytes bit-identical to kernelkiln.torch.quant_extra (OPERATORS.md §2.2)."""
 import pytest
 import torch
 
-import tilekiln.quant as Q
-from tilekiln.torch.quant_extra import E5M6_MAX, cast_back_from_e5m6, cast_to_e5m6
+import kernelkiln.quant as Q
+from kernelkiln.torch.quant_extra import E5M6_MAX, cast_back_from_e5m6, cast_to_e5m6
 
 pytestmark = pytest.mark.gpu
 

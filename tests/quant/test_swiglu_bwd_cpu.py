@@ -1,11 +1,11 @@
 """CPU checks of the SwiGLU backward ops: argument errors (named before any device work), the
-fixed reference (tilekiln.torch.swiglu.swiglu_backward) and the fake implementations of the
+fixed reference (kernelkiln.torch.swiglu.swiglu_backward) and the fake implementations of the
 torch.library ops of the swiglu forward and backward pairs."""
 import pytest
 import torch
 
-from tilekiln.quant import swiglu_backward, swiglu_backward_and_per_token_cast
-from tilekiln.torch import swiglu as ref
+from kernelkiln.quant import swiglu_backward, swiglu_backward_and_per_token_cast
+from kernelkiln.torch import swiglu as ref
 
 N, HID = 8, 128
 XQ = torch.zeros(N, 2 * HID, dtype=torch.float8_e4m3fn)
@@ -155,20 +155,20 @@ def test_fake_implementations_give_shapes_and_dtypes():
         x = torch.empty(2, 3, 512, dtype=torch.float8_e4m3fn, device="cuda")
         sf = torch.empty(6, 16, device="cuda")
         dy = torch.empty(6, 256, dtype=torch.float32, device="cuda")
-        xg, q, s, wg, ao = torch.ops.tilekiln.swiglu_backward_and_per_token_cast(
+        xg, q, s, wg, ao = torch.ops.kernelkiln.swiglu_backward_and_per_token_cast(
             x, sf, dy, "e4m3", 32, None, torch.empty(6, device="cuda"), 2.5, False, True, True, None, True)
         assert xg.shape == (6, 512) and xg.dtype == torch.bfloat16
         assert q.shape == (6, 512) and q.dtype == torch.float8_e4m3fn
         assert s.shape == (6, 4) and s.dtype == torch.int32
         assert wg.shape == (6,) and ao.shape == (6, 256) and ao.dtype == torch.bfloat16
-        xg, wg, ao = torch.ops.tilekiln.swiglu_backward(torch.empty(5, 256, device="cuda"),
+        xg, wg, ao = torch.ops.kernelkiln.swiglu_backward(torch.empty(5, 256, device="cuda"),
                                                         torch.empty(5, 128, device="cuda"), "bf16", None, None,
                                                         None, 1.0, False)
         assert xg.shape == (5, 256) and xg.dtype == torch.bfloat16 and wg.numel() == 0 and ao.numel() == 0
-        q, s = torch.ops.tilekiln.swiglu_forward_and_per_token_cast(
+        q, s = torch.ops.kernelkiln.swiglu_forward_and_per_token_cast(
             torch.empty(5, 256, dtype=torch.bfloat16, device="cuda"), "e4m3", 128, None, None, None, False, False,
             False, None, None)
         assert q.shape == (5, 128) and s.shape == (5, 1) and s.dtype == torch.float32
-        y = torch.ops.tilekiln.swiglu_forward(torch.empty(5, 256, device="cuda"), "fp32", None, None, None, None,
+        y = torch.ops.kernelkiln.swiglu_forward(torch.empty(5, 256, device="cuda"), "fp32", None, None, None, None,
                                               None)
         assert y.shape == (5, 128) and y.dtype == torch.float32

@@ -1,17 +1,17 @@
-"""swiglu_backward[_and_per_token_cast] on the GPU against tilekiln.torch.swiglu.swiglu_backward (same device).
+"""swiglu_backward[_and_per_token_cast] on the GPU against kernelkiln.torch.swiglu.swiglu_backward (same device).
 
 The reference's fp32 steps are single IEEE-rounded torch CUDA ops and its weight_grad is summed
 in the kernel's lane order, so every output must agree bit for bit: bf16/fp32 gradients and
-act_out, e4m3 data and scales (reference = tilekiln.torch.cast of the fp32 gradient, i.e.
+act_out, e4m3 data and scales (reference = kernelkiln.torch.cast of the fp32 gradient, i.e.
 per_token_cast), and weight_grad. Padding rows must be all-zero bytes (scales too).
 """
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast as ref_cast
-from tilekiln.torch import get_mapping_from_psum
-from tilekiln.torch import swiglu_backward as ref_backward
+import kernelkiln
+from kernelkiln.torch import cast as ref_cast
+from kernelkiln.torch import get_mapping_from_psum
+from kernelkiln.torch import swiglu_backward as ref_backward
 from bitwise import assert_bitwise as _assert_bitwise, raw_bytes as _bytes  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -30,7 +30,7 @@ MODES = [("none", False), ("none", True), ("w", False), ("w-rsf", True)]  # (wei
 @pytest.fixture(autouse=True)
 def _restore_alignment():
     yield
-    tilekiln.set_token_alignment(128)
+    kernelkiln.set_token_alignment(128)
 
 
 def _layout(counts, alignment):
@@ -46,7 +46,7 @@ def _layout(counts, alignment):
 def _case(routing, n_plain, alignment=16):
     if routing == "plain":
         return None, n_plain
-    tilekiln.set_token_alignment(alignment)
+    kernelkiln.set_token_alignment(alignment)
     counts = {"experts": [5, 0, 40, 1, 17, 0, 33], "all-empty": [0, 0]}[routing]
     return _layout(counts, alignment)
 
@@ -111,7 +111,7 @@ def _check_quant_case(grad_dtype, g, opt, routing, mode, clamp, shape):
     _poisoned_padding_inputs(data, dy, valid)
     with_w, rsf = WEIGHTS[weights]
     w = torch.rand(n, device="cuda") if with_w else None
-    out = tilekiln.quant.swiglu_backward_and_per_token_cast(
+    out = kernelkiln.quant.swiglu_backward_and_per_token_cast(
         (data, sf_in), dy, "e4m3", g, psum, w, rsf, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
         use_packed_ue8m0=packed, clamp_value=clamp, do_recompute=recompute)
     assert len(out) == 2 + int(with_w) + int(recompute)
@@ -148,7 +148,7 @@ def test_backward_matches_reference(seed, dtype, fmt, routing, mode, clamp, shap
     _poisoned_padding_inputs(x, dy, valid)
     with_w, rsf = WEIGHTS[weights]
     w = torch.rand(n, device="cuda") if with_w else None
-    out = tilekiln.quant.swiglu_backward(x, dy, fmt, psum, w, rsf, clamp, recompute)
+    out = kernelkiln.quant.swiglu_backward(x, dy, fmt, psum, w, rsf, clamp, recompute)
     assert len(out) == 1 + int(with_w) + int(recompute)
     odt = {"bf16": torch.bfloat16, "fp32": torch.float32}[fmt]
     ref = ref_backward(x, dy, psum, w, rsf, clamp, alignment=16)
@@ -163,7 +163,7 @@ def test_three_d_input_and_strided_grad(seed):
     data, sf, deq = _fp8_input(6, 256, 128)
     dy_big = _grad(6, 512, torch.bfloat16)
     dy = dy_big[:, :256]  # row stride 512: allowed
-    out = tilekiln.quant.swiglu_backward_and_per_token_cast((data.view(2, 3, 512), sf), dy, "e4m3", 128)
+    out = kernelkiln.quant.swiglu_backward_and_per_token_cast((data.view(2, 3, 512), sf), dy, "e4m3", 128)
     ref = ref_backward(deq, dy)
     _assert_bitwise(out[0], ref[0].to(torch.bfloat16), "x_grad")
     assert out[0].shape == (6, 512)
@@ -173,10 +173,10 @@ def test_quantized_gradient_equals_per_token_cast_of_fp32_gradient(seed):
     """Kernel against kernel: the fused cast is per_token_cast of the fp32 gradient from swiglu_backward."""
     data, sf, deq = _fp8_input(500, 2048, 128)
     dy = _grad(500, 2048, torch.float32)
-    (g32,) = tilekiln.quant.swiglu_backward(deq, dy, "fp32")
-    _, (q, s) = tilekiln.quant.swiglu_backward_and_per_token_cast((data, sf), dy, "e4m3", 128, round_sf=True)
+    (g32,) = kernelkiln.quant.swiglu_backward(deq, dy, "fp32")
+    _, (q, s) = kernelkiln.quant.swiglu_backward_and_per_token_cast((data, sf), dy, "e4m3", 128, round_sf=True)
     try:
-        pq, ps = tilekiln.quant.per_token_cast(g32, "e4m3", 128, round_sf=True)
+        pq, ps = kernelkiln.quant.per_token_cast(g32, "e4m3", 128, round_sf=True)
     except Exception as e:  # a store without per_token_cast fp32 variants: fall back to the oracle
         pytest.skip(f"per_token_cast not built here: {e}")
     _assert_bitwise(q, pq, "data")
@@ -187,7 +187,7 @@ def test_results_are_deterministic(seed):
     data, sf, _ = _fp8_input(4096, 2048, 128)
     dy = _grad(4096, 2048, torch.bfloat16)
     w = torch.rand(4096, device="cuda")
-    runs = [tilekiln.quant.swiglu_backward_and_per_token_cast((data, sf), dy, "e4m3", 128, None, w, 2.5)
+    runs = [kernelkiln.quant.swiglu_backward_and_per_token_cast((data, sf), dy, "e4m3", 128, None, w, 2.5)
             for _ in range(3)]
     for r in runs[1:]:
         _assert_bitwise(r[2], runs[0][2], "weight_grad")
@@ -200,7 +200,7 @@ def test_torch_compile_goes_through_the_registered_ops(seed):
     w = torch.rand(64, device="cuda")
 
     def f(data, sf, dy, w):
-        return tilekiln.quant.swiglu_backward_and_per_token_cast((data, sf), dy, "e4m3", 128, None, w, 2.5,
+        return kernelkiln.quant.swiglu_backward_and_per_token_cast((data, sf), dy, "e4m3", 128, None, w, 2.5,
                                                                  do_recompute=True)
 
     eager = f(data, sf, dy, w)

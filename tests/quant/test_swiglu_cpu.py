@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from tilekiln.quant import swiglu_forward, swiglu_forward_and_per_token_cast
+from kernelkiln.quant import swiglu_forward, swiglu_forward_and_per_token_cast
 
 X = torch.zeros(8, 256, dtype=torch.bfloat16)
 I64 = torch.zeros(4, dtype=torch.int64)

@@ -1,17 +1,17 @@
-"""swiglu_forward[_and_per_token_cast] on the GPU against tilekiln.torch.swiglu (run on the same device).
+"""swiglu_forward[_and_per_token_cast] on the GPU against kernelkiln.torch.swiglu (run on the same device).
 
 The reference's fp32 steps are single IEEE-rounded torch CUDA ops (expf, add, div, mul), the
 kernel's are the matching intrinsics, so valid rows must agree bit for bit: fp32/bf16 outputs,
-e4m3 data (reference = tilekiln.torch.cast of the fp32 output, i.e. per_token_cast), scales and
+e4m3 data (reference = kernelkiln.torch.cast of the fp32 output, i.e. per_token_cast), scales and
 the int64 clamp counts. Padding rows are left unwritten by the op and are not compared.
 """
 import pytest
 import torch
 
-import tilekiln
-from tilekiln.torch import cast as ref_cast
-from tilekiln.torch import get_mapping_from_psum
-from tilekiln.torch import swiglu_forward as ref_swiglu
+import kernelkiln
+from kernelkiln.torch import cast as ref_cast
+from kernelkiln.torch import get_mapping_from_psum
+from kernelkiln.torch import swiglu_forward as ref_swiglu
 from bitwise import assert_bitwise as _assert_bitwise  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -28,7 +28,7 @@ SCALE_OPTIONS = {  # name -> (round_sf, use_packed_ue8m0, col_major)
 @pytest.fixture(autouse=True)
 def _restore_alignment():
     yield
-    tilekiln.set_token_alignment(128)
+    kernelkiln.set_token_alignment(128)
 
 
 def _input(n, hidden, dtype):
@@ -53,7 +53,7 @@ def _case(routing, n_plain, alignment):
     if routing == "plain":
         return None, n_plain
     counts = {"experts": [5, 0, 130, 1, 77, 0, 64], "one-expert": [n_plain], "all-empty": [0, 0]}[routing]
-    tilekiln.set_token_alignment(alignment)
+    kernelkiln.set_token_alignment(alignment)
     return _layout(counts, alignment)
 
 
@@ -86,7 +86,7 @@ def test_swiglu_forward_matches_reference(seed, dtype, fmt, routing, weights, cl
     w, rsf = _routing_args(n, routing, weights)
     counts = torch.tensor([1, 2, 3, 4], dtype=torch.int64, device="cuda") if clamp is not None else None
     ref_counts = counts.clone() if counts is not None else None
-    y = tilekiln.quant.swiglu_forward(x, fmt, psum, w, rsf, clamp, counts)
+    y = kernelkiln.quant.swiglu_forward(x, fmt, psum, w, rsf, clamp, counts)
     ry = ref_swiglu(x, psum, w, rsf, clamp, ref_counts, alignment=16)
     assert y.shape == (n, hidden) and y.dtype == {"bf16": torch.bfloat16, "fp32": torch.float32}[fmt]
     valid = _valid(x, psum, 16)
@@ -110,7 +110,7 @@ def test_swiglu_forward_and_per_token_cast_matches_reference(seed, dtype, g, opt
     w, rsf = _routing_args(n, routing, weights)
     counts = torch.tensor([7, 0, 0, 9], dtype=torch.int64, device="cuda") if clamp is not None else None
     ref_counts = counts.clone() if counts is not None else None
-    q, sf = tilekiln.quant.swiglu_forward_and_per_token_cast(
+    q, sf = kernelkiln.quant.swiglu_forward_and_per_token_cast(
         x, "e4m3", g, psum, w, rsf, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
         use_packed_ue8m0=packed, clamp_value=clamp, clamped_count=counts)
     ry = ref_swiglu(x, psum, w, rsf, clamp, ref_counts, alignment=128)
@@ -128,10 +128,10 @@ def test_quantized_output_equals_per_token_cast_of_fp32_output(seed):
     """The fused op is per_token_cast of swiglu_forward(fmt='fp32'), kernel against kernel."""
     x = _input(1000, 2048, torch.bfloat16)
     w = torch.rand(1000, device="cuda")
-    y = tilekiln.quant.swiglu_forward(x, "fp32", None, w, 2.5, 10.0)
-    q, sf = tilekiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 128, None, w, 2.5, round_sf=True,
+    y = kernelkiln.quant.swiglu_forward(x, "fp32", None, w, 2.5, 10.0)
+    q, sf = kernelkiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 128, None, w, 2.5, round_sf=True,
                                                              clamp_value=10.0)
-    pq, psf = tilekiln.quant.per_token_cast(y, "e4m3", 128, round_sf=True)
+    pq, psf = kernelkiln.quant.per_token_cast(y, "e4m3", 128, round_sf=True)
     _assert_bitwise(q, pq, "data")
     _assert_bitwise(sf, psf, "scales")
 
@@ -141,7 +141,7 @@ def test_counts_are_deterministic_and_int64(seed):
     results = []
     for _ in range(3):
         c = torch.zeros(4, dtype=torch.int64, device="cuda")
-        tilekiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 128, clamp_value=0.5, clamped_count=c)
+        kernelkiln.quant.swiglu_forward_and_per_token_cast(x, "e4m3", 128, clamp_value=0.5, clamped_count=c)
         results.append(c.tolist())
     assert results[0] == results[1] == results[2]
     assert results[0][3] == 8192 * 2048

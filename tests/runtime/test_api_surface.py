@@ -10,7 +10,7 @@ import inspect
 import pytest
 import torch
 
-import tilekiln
+import kernelkiln
 
 SPEC_SIGNATURES = {  # name -> [(parameter, default as written in the spec or None)]
     'aux_fi': [('topk_idx', None), ('num_experts', None), ('num_aux_topk', None)],
@@ -57,7 +57,7 @@ FAMILIES = ("quant", "moe", "transpose")
 
 
 def _exported(name):
-    hits = [getattr(getattr(tilekiln, fam), name) for fam in FAMILIES if hasattr(getattr(tilekiln, fam), name)]
+    hits = [getattr(getattr(kernelkiln, fam), name) for fam in FAMILIES if hasattr(getattr(kernelkiln, fam), name)]
     return hits[0] if hits else None
 
 
@@ -67,7 +67,7 @@ def test_signature_matches_the_spec(name):
     if name in NOT_YET:
         assert fn is None, f"{name} is exported now: remove it from NOT_YET"
         return
-    assert fn is not None, f"{name} is not exported by tilekiln.{'/'.join(FAMILIES)}"
+    assert fn is not None, f"{name} is not exported by kernelkiln.{'/'.join(FAMILIES)}"
     params = list(inspect.signature(fn).parameters.values())
     assert [p.name for p in params] == [n for n, _ in SPEC_SIGNATURES[name]], f"{name}{inspect.signature(fn)}"
     for p, (n, default) in zip(params, SPEC_SIGNATURES[name]):
@@ -79,7 +79,7 @@ def test_signature_matches_the_spec(name):
 
 
 def test_tile_kernels_alias_and_config_knobs():
-    tile_kernels = tilekiln  # `import tilekiln as tile_kernels`
+    tile_kernels = kernelkiln  # `import kernelkiln as tile_kernels`
     for knob in ("set_num_sms", "get_num_sms", "get_device_num_sms", "set_pdl", "get_pdl", "set_token_alignment",
                  "get_token_alignment", "set_amax_clamp_for_quant", "get_amax_clamp_for_quant",
                  "use_deterministic_algorithms", "get_deterministic_algorithms"):

@@ -3,23 +3,23 @@
 import pytest
 import torch
 
-import tilekiln
+import kernelkiln
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a CUDA device")
 
 
 @pytest.mark.parametrize("call", [
-    lambda: tilekiln.preload(),
-    lambda: tilekiln.check_errors(),
-    lambda: tilekiln.moe.check_errors(),
-    lambda: tilekiln.quant.check_errors(),
-    lambda: tilekiln.get_num_sms(),
-    lambda: tilekiln.get_device_num_sms(),
-    lambda: tilekiln.set_num_sms(8),
+    lambda: kernelkiln.preload(),
+    lambda: kernelkiln.check_errors(),
+    lambda: kernelkiln.moe.check_errors(),
+    lambda: kernelkiln.quant.check_errors(),
+    lambda: kernelkiln.get_num_sms(),
+    lambda: kernelkiln.get_device_num_sms(),
+    lambda: kernelkiln.set_num_sms(8),
 ], ids=["preload", "check_errors", "moe.check_errors", "quant.check_errors", "get_num_sms", "get_device_num_sms",
         "set_num_sms"])
 def test_device_queries_say_a_gpu_is_needed(call):
-    with pytest.raises(tilekiln.UnsupportedDeviceError, match="needs an NVIDIA GPU"):
+    with pytest.raises(kernelkiln.UnsupportedDeviceError, match="needs an NVIDIA GPU"):
         call()
 
 
@@ -30,18 +30,18 @@ def test_device_queries_say_a_gpu_is_needed(call):
 ])
 def test_registered_ops_on_cpu_tensors_name_the_argument(op, args, name):
     with pytest.raises(ValueError, match=rf"{name}\b.*CUDA tensor"):
-        getattr(torch.ops.tilekiln, op)(*args)
+        getattr(torch.ops.kernelkiln, op)(*args)
 
 
 def test_public_functions_on_cpu_tensors_name_the_argument():
     with pytest.raises(ValueError, match="scores is on cpu"):
-        tilekiln.moe.topk_gate(torch.randn(4, 256), 8)
+        kernelkiln.moe.topk_gate(torch.randn(4, 256), 8)
     with pytest.raises(ValueError, match="x is on cpu"):
-        tilekiln.quant.per_token_cast(torch.randn(4, 128, dtype=torch.bfloat16), "e4m3", 128)
+        kernelkiln.quant.per_token_cast(torch.randn(4, 128, dtype=torch.bfloat16), "e4m3", 128)
 
 
 def test_dir_lists_only_the_public_api():
-    names = dir(tilekiln)
+    names = dir(kernelkiln)
     assert "importlib" not in names and not [n for n in names if n.startswith("_") and n != "__version__"]
     for n in ("quant", "moe", "transpose", "torch", "config", "preload", "set_pdl"):
         assert n in names

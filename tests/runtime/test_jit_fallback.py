@@ -1,4 +1,4 @@
-"""Opt-in JIT fallback (python/tilekiln/_runtime/jit.py): off by default, lock + atomic publish, clear errors,
+"""Opt-in JIT fallback (python/kernelkiln/_runtime/jit.py): off by default, lock + atomic publish, clear errors,
 and one real build of a per_token_cast variant through the AOT pipeline when tilelang is installed."""
 import hashlib
 import importlib.util
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tilekiln._runtime import artifacts, jit, launcher
+from kernelkiln._runtime import artifacts, jit, launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # build_tools, kernels
@@ -64,17 +64,17 @@ def _empty_store(tmp_path):
 
 
 def test_disabled_by_default_and_error_names_the_switch(tmp_path, monkeypatch):
-    monkeypatch.delenv("TILEKILN_JIT", raising=False)
+    monkeypatch.delenv("KERNELKILN_JIT", raising=False)
     assert not jit.enabled()
-    monkeypatch.setattr(jit, "build", lambda *a, **k: pytest.fail("JIT must not run unless TILEKILN_JIT=1"))
-    with pytest.raises(artifacts.MissingSpecializationError, match="TILEKILN_JIT=1") as e:
+    monkeypatch.setattr(jit, "build", lambda *a, **k: pytest.fail("JIT must not run unless KERNELKILN_JIT=1"))
+    with pytest.raises(artifacts.MissingSpecializationError, match="KERNELKILN_JIT=1") as e:
         _empty_store(tmp_path).kernel(OP, NAMES, VALUES, 0)
     assert "pip wheel" in str(e.value)  # the AOT route is still offered first
 
 
 def test_enabled_builds_the_missing_variant_and_loads_it_from_the_jit_store(tmp_path, monkeypatch, toolchain_ok):
-    monkeypatch.setenv("TILEKILN_JIT", "1")
-    monkeypatch.setenv("TILEKILN_JIT_CACHE", str(tmp_path / "jit"))
+    monkeypatch.setenv("KERNELKILN_JIT", "1")
+    monkeypatch.setenv("KERNELKILN_JIT_CACHE", str(tmp_path / "jit"))
     monkeypatch.setattr(jit, "_run_build", _fake_runner())
     k = _empty_store(tmp_path).kernel(OP, NAMES, VALUES, 0)
     name = jit.variant_name(OP, "sm_90a", NAMES, VALUES)
@@ -134,8 +134,8 @@ def test_store_appears_atomically_and_a_failed_build_leaves_nothing(tmp_path, to
 def test_unusable_cache_dir_gives_a_clear_message(tmp_path, toolchain_ok):
     (tmp_path / "file").write_text("")
     for root in (tmp_path / "file" / "jit",  # parent is a file: cannot be created
-                 Path("/proc/tilekiln-jit-test")):  # a read-only filesystem (even for root)
-        with pytest.raises(jit.JitError, match="not usable.*TILEKILN_JIT_CACHE to a writable directory"):
+                 Path("/proc/kernelkiln-jit-test")):  # a read-only filesystem (even for root)
+        with pytest.raises(jit.JitError, match="not usable.*KERNELKILN_JIT_CACHE to a writable directory"):
             jit.build(OP, "sm_90a", NAMES, VALUES, root=root, runner=_fake_runner())
 
 
@@ -157,7 +157,7 @@ def test_missing_toolchain_is_reported(tmp_path, monkeypatch):
 def test_end_to_end_jit_build_of_one_variant(tmp_path):
     """The real pipeline in a subprocess; the calling process never imports tilelang/tvm. Lowering and nvcc
     results come from the shared build cache when present (a cold build of one variant takes ~10-20 s)."""
-    code = (f"import sys, json; from pathlib import Path; from tilekiln._runtime import jit; "
+    code = (f"import sys, json; from pathlib import Path; from kernelkiln._runtime import jit; "
             f"e, d = jit.build({OP!r}, 'sm_90a', {NAMES!r}, {VALUES!r}, root=Path({str(tmp_path / 'jit')!r})); "
             f"print(json.dumps([e, str(d)])); "
             f"print([m for m in sys.modules if m.split('.')[0] in ('tilelang', 'tvm', 'tvm_ffi')])")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tilekiln._runtime import launcher
+from kernelkiln._runtime import launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -3,8 +3,8 @@ a buffer-shape symbol bound from the tensor, and a 2-CTA cluster launch."""
 import pytest
 import torch
 
-from tilekiln import _selftest
-from tilekiln._runtime import store
+from kernelkiln import _selftest
+from kernelkiln._runtime import store
 
 pytestmark = pytest.mark.gpu
 

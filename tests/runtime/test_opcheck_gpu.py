@@ -1,9 +1,9 @@
-"""torch.library.opcheck of every tilekiln:: op (schema, fake tensor, autograd registration, AOT dispatch) with
+"""torch.library.opcheck of every kernelkiln:: op (schema, fake tensor, autograd registration, AOT dispatch) with
 small valid CUDA inputs; a CPU test keeps the table equal to the registered ops, so a new op needs a case here."""
 import pytest
 import torch
 
-import tilekiln._runtime.torch_ops as torch_ops
+import kernelkiln._runtime.torch_ops as torch_ops
 
 T, E, K = 64, 256, 8  # tokens, experts, top-k
 
@@ -96,4 +96,4 @@ def test_every_registered_op_has_a_case():
 def test_opcheck(seed, name):
     args, kwargs = CASES[name]()
     test_utils = {"test_utils": TEST_UTILS[name]} if name in TEST_UTILS else {}
-    torch.library.opcheck(getattr(torch.ops.tilekiln, name).default, args, kwargs, **test_utils)
+    torch.library.opcheck(getattr(torch.ops.kernelkiln, name).default, args, kwargs, **test_utils)

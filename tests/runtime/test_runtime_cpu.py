@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import tilekiln
-from tilekiln._runtime import artifacts, driver, expr, launcher
+import kernelkiln
+from kernelkiln._runtime import artifacts, driver, expr, launcher
 
 PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 
@@ -25,7 +25,7 @@ def test_runtime_never_imports_tilelang_or_tvm_statically():
 
 
 def test_import_loads_no_toolchain_module():
-    code = ("import sys; sys.path.insert(0, %r); import tilekiln, tilekiln.torch; "
+    code = ("import sys; sys.path.insert(0, %r); import kernelkiln, kernelkiln.torch; "
             "print([m for m in sys.modules if m.split('.')[0] in ('tilelang', 'tvm', 'tvm_ffi')])" % str(PYTHON_DIR))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -70,7 +70,7 @@ def test_missing_specialization_lists_what_exists_and_how_to_build(tmp_path):
         s.kernel("topk_gate", ("experts_per_lane", "vector_loads"), (17, False), 0)
     msg = str(e.value)
     assert "experts_per_lane=17" in msg and "experts_per_lane=8, vector_loads=True" in msg
-    assert "[[topk_gate]]" in msg and "TILEKILN_MANIFEST" in msg
+    assert "[[topk_gate]]" in msg and "KERNELKILN_MANIFEST" in msg
 
 
 def test_unsupported_gpu_architecture_is_named(tmp_path, monkeypatch):
@@ -108,46 +108,46 @@ BF16 = torch.bfloat16
 
 
 @pytest.mark.parametrize("call,exc,match", [
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=torch.float16), "e4m3", 128), TypeError,
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=torch.float16), "e4m3", 128), TypeError,
      "x has dtype torch.float16; allowed"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 100, dtype=BF16), "e4m3", 128), ValueError,
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 100, dtype=BF16), "e4m3", 128), ValueError,
      "multiple of 64"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e5m2", 128), ValueError,
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e5m2", 128), ValueError,
      "fmt must be one of"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 48), ValueError,
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 48), ValueError,
      "num_per_channels must be one of"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128, use_packed_ue8m0=True),
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128, use_packed_ue8m0=True),
      ValueError, "requires round_sf"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128, round_sf=True,
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128, round_sf=True,
                                            use_e4m3_sf=True), ValueError, "cannot both"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128, round_sf=1), TypeError,
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128, round_sf=1), TypeError,
      "round_sf must be a bool"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(128, 4, dtype=BF16).t(), "e4m3", 128), ValueError,
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(128, 4, dtype=BF16).t(), "e4m3", 128), ValueError,
      "inner stride 1"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128), ValueError,
-     "is on cpu; TileKiln kernels need a CUDA tensor"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e2m1", 32, stochastic_cast=True),
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128), ValueError,
+     "is on cpu; KernelKiln kernels need a CUDA tensor"),
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e2m1", 32, stochastic_cast=True),
      ValueError, "stochastic_cast"),
-    (lambda: tilekiln.quant.per_token_cast((torch.zeros(4, 128), torch.zeros(4, 1)), "e4m3", 128,
+    (lambda: kernelkiln.quant.per_token_cast((torch.zeros(4, 128), torch.zeros(4, 1)), "e4m3", 128,
                                            x_block_size=(1, 128)), TypeError, r"x\[0\] \(data\) has dtype"),
-    (lambda: tilekiln.quant.per_token_cast((torch.zeros(4, 128).to(torch.float8_e4m3fn), torch.zeros(4, 2)),
+    (lambda: kernelkiln.quant.per_token_cast((torch.zeros(4, 128).to(torch.float8_e4m3fn), torch.zeros(4, 2)),
                                            "e4m3", 128, x_block_size=(1, 128)), ValueError, r"must have shape \(4, 1\)"),
-    (lambda: tilekiln.quant.per_token_cast((torch.zeros(4, 128).to(torch.float8_e4m3fn), torch.zeros(4, 1)),
+    (lambda: kernelkiln.quant.per_token_cast((torch.zeros(4, 128).to(torch.float8_e4m3fn), torch.zeros(4, 1)),
                                            "e4m3", 128), ValueError, "x_block_size"),
-    (lambda: tilekiln.quant.per_token_cast((torch.zeros(4, 128).to(torch.float8_e4m3fn), torch.zeros(4, 32)),
+    (lambda: kernelkiln.quant.per_token_cast((torch.zeros(4, 128).to(torch.float8_e4m3fn), torch.zeros(4, 32)),
                                            "e4m3", 128, x_block_size=(1, 4)), ValueError, "multiple of 8"),
-    (lambda: tilekiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128, x_block_size=(1, 32)),
+    (lambda: kernelkiln.quant.per_token_cast(torch.zeros(4, 128, dtype=BF16), "e4m3", 128, x_block_size=(1, 32)),
      ValueError, "only meaningful"),
-    (lambda: tilekiln.quant.per_token_cast_with_precomputed_sf(torch.zeros(4, 128, dtype=BF16), "e4m3", 128,
+    (lambda: kernelkiln.quant.per_token_cast_with_precomputed_sf(torch.zeros(4, 128, dtype=BF16), "e4m3", 128,
                                                                torch.zeros(4, 2)), ValueError, "sf must be"),
-    (lambda: tilekiln.moe.topk_gate(torch.zeros(4, 256, dtype=BF16), 8), TypeError, "scores has dtype"),
-    (lambda: tilekiln.moe.topk_gate(torch.zeros(4, 256), 33), ValueError, "num_topk must be"),
-    (lambda: tilekiln.moe.topk_gate(torch.zeros(4, 6), 7), ValueError, r"1\.\.6"),
-    (lambda: tilekiln.moe.topk_gate(torch.zeros(4, 600), 8), ValueError, "1..512"),
-    (lambda: tilekiln.moe.topk_gate(torch.zeros(256, 4).t(), 2), ValueError, "contiguous"),
-    (lambda: tilekiln.moe.topk_gate(torch.zeros(4, 256), 8), ValueError, "is on cpu; TileKiln kernels need a CUDA tensor"),
-    (lambda: tilekiln.set_pdl(1), TypeError, "use_pdl must be a bool"),
-    (lambda: tilekiln.set_amax_clamp_for_quant("e4m3", False, 0.0), ValueError, "clamp_min_value"),
+    (lambda: kernelkiln.moe.topk_gate(torch.zeros(4, 256, dtype=BF16), 8), TypeError, "scores has dtype"),
+    (lambda: kernelkiln.moe.topk_gate(torch.zeros(4, 256), 33), ValueError, "num_topk must be"),
+    (lambda: kernelkiln.moe.topk_gate(torch.zeros(4, 6), 7), ValueError, r"1\.\.6"),
+    (lambda: kernelkiln.moe.topk_gate(torch.zeros(4, 600), 8), ValueError, "1..512"),
+    (lambda: kernelkiln.moe.topk_gate(torch.zeros(256, 4).t(), 2), ValueError, "contiguous"),
+    (lambda: kernelkiln.moe.topk_gate(torch.zeros(4, 256), 8), ValueError, "is on cpu; KernelKiln kernels need a CUDA tensor"),
+    (lambda: kernelkiln.set_pdl(1), TypeError, "use_pdl must be a bool"),
+    (lambda: kernelkiln.set_amax_clamp_for_quant("e4m3", False, 0.0), ValueError, "clamp_min_value"),
 ])
 def test_bad_input_names_the_argument(call, exc, match):
     with pytest.raises(exc, match=match):
@@ -156,21 +156,21 @@ def test_bad_input_names_the_argument(call, exc, match):
 
 def test_config_roundtrip():
     try:
-        tilekiln.set_amax_clamp_for_quant("e2m1", True, 0.5)
-        assert tilekiln.get_amax_clamp_for_quant("e2m1", True) == 0.5
-        tilekiln.set_token_alignment(64)
-        assert tilekiln.get_token_alignment() == 64
+        kernelkiln.set_amax_clamp_for_quant("e2m1", True, 0.5)
+        assert kernelkiln.get_amax_clamp_for_quant("e2m1", True) == 0.5
+        kernelkiln.set_token_alignment(64)
+        assert kernelkiln.get_token_alignment() == 64
     finally:
-        tilekiln.config.reset_runtime_config()
-    assert tilekiln.get_amax_clamp_for_quant("e4m3", False) == 1e-4
+        kernelkiln.config.reset_runtime_config()
+    assert kernelkiln.get_amax_clamp_for_quant("e4m3", False) == 1e-4
 
 
 def test_families_load_on_first_use():
-    """`import tilekiln` loads no op family; a quant call's import loads neither the routing family nor
+    """`import kernelkiln` loads no op family; a quant call's import loads neither the routing family nor
     every reference (first-call cost, issue 2)."""
-    code = ("import sys; import tilekiln; a = {m for m in ('tilekiln.quant', 'tilekiln.moe', 'tilekiln.transpose') "
-            "if m in sys.modules}; tilekiln.quant; "
-            "print(sorted(a), 'tilekiln.moe' in sys.modules, 'tilekiln.torch.moe_router' in sys.modules)")
+    code = ("import sys; import kernelkiln; a = {m for m in ('kernelkiln.quant', 'kernelkiln.moe', 'kernelkiln.transpose') "
+            "if m in sys.modules}; kernelkiln.quant; "
+            "print(sorted(a), 'kernelkiln.moe' in sys.modules, 'kernelkiln.torch.moe_router' in sys.modules)")
     env = {"PYTHONPATH": str(PYTHON_DIR), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.split() == ["[]", "False", "False"], out.stdout + out.stderr
@@ -181,7 +181,7 @@ def test_families_load_on_first_use():
 def test_row_output_templates_give_fresh_contiguous_tensors(dtype, width):
     """The launch plans allocate with torch.empty_like of a stride-0 template: the result must look exactly like
     torch.empty(t, width), including the one-element corner where a stride-0 template would count as dense."""
-    from tilekiln._runtime.outputs import RowOutputs
+    from kernelkiln._runtime.outputs import RowOutputs
     outputs = RowOutputs(width, dtype, torch.device("cpu"))
     for t in (1, 2, 3, 128, 1, 4099):
         a, ref = torch.empty_like(outputs[t]), torch.empty(t, width, dtype=dtype)

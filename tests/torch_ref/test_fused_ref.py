@@ -1,4 +1,4 @@
-"""CPU checks of the dispatch/combine references (tilekiln.torch.fused)."""
+"""CPU checks of the dispatch/combine references (kernelkiln.torch.fused)."""
 import random
 import struct
 from fractions import Fraction
@@ -6,7 +6,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from tilekiln.torch import fused
+from kernelkiln.torch import fused
 
 
 def _peer_mapping(topk_idx, num_experts, n, alignment, num_sms):

@@ -1,8 +1,8 @@
-"""CPU tests of the exact scale-conversion references (tilekiln.torch.quant_lossless)."""
+"""CPU tests of the exact scale-conversion references (kernelkiln.torch.quant_lossless)."""
 import pytest
 import torch
 
-from tilekiln.torch import LosslessScaleError, batched_transpose_weight_sf, cast, cast_back, per_block_cast_lossless_ref
+from kernelkiln.torch import LosslessScaleError, batched_transpose_weight_sf, cast, cast_back, per_block_cast_lossless_ref
 
 OUT_BLOCKS = [(1, 32), (1, 128), (32, 32), (32, 128), (128, 128)]
 LAYOUTS = [(False, True, False), (True, True, True), (False, False, False)]  # (col-major, round_sf, packed)

@@ -1,4 +1,4 @@
-"""CPU tests of the routing references in tilekiln.torch.moe."""
+"""CPU tests of the routing references in kernelkiln.torch.moe."""
 
 import struct
 
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tilekiln.torch import normalize_weight, stable_topk, topk_gate_ref
+from kernelkiln.torch import normalize_weight, stable_topk, topk_gate_ref
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None)
 

@@ -1,8 +1,8 @@
-"""CPU checks of the 2.1 router / v1 aux references (tilekiln.torch.moe_router)."""
+"""CPU checks of the 2.1 router / v1 aux references (kernelkiln.torch.moe_router)."""
 import pytest
 import torch
 
-from tilekiln.torch import moe_router as R
+from kernelkiln.torch import moe_router as R
 
 
 def test_philox_known_answer_vectors():

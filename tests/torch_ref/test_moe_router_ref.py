@@ -6,7 +6,7 @@ The references are checked against slow per-token loops written from the spec
 import pytest
 import torch
 
-from tilekiln.torch import normalize_weight, top2_sum_gate, topk_sum_and_topk_group_idx
+from kernelkiln.torch import normalize_weight, top2_sum_gate, topk_sum_and_topk_group_idx
 
 
 def _rank_desc(values, ids):

@@ -1,10 +1,10 @@
-"""CPU tests of the RMSNorm references (tilekiln.torch.norm): accuracy against float64 and the
+"""CPU tests of the RMSNorm references (kernelkiln.torch.norm): accuracy against float64 and the
 documented fixed summation orders, emulated element by element."""
 import pytest
 import torch
 
-from tilekiln.torch import norm_backward_ref, norm_forward_ref
-from tilekiln.torch import norm as ref
+from kernelkiln.torch import norm_backward_ref, norm_forward_ref
+from kernelkiln.torch import norm as ref
 
 
 def _x(t, h, dtype, seed=0):

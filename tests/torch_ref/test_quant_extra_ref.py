@@ -1,8 +1,8 @@
-"""CPU tests of the E5M6 references (tilekiln.torch.quant_extra, OPERATORS.md §2.2)."""
+"""CPU tests of the E5M6 references (kernelkiln.torch.quant_extra, OPERATORS.md §2.2)."""
 import pytest
 import torch
 
-from tilekiln.torch.quant_extra import (
+from kernelkiln.torch.quant_extra import (
     E5M6_MAX,
     cast_back_from_e5m6,
     cast_to_e5m6,

@@ -1,4 +1,4 @@
-"""CPU tests of the quantization references in tilekiln.torch.quant.
+"""CPU tests of the quantization references in kernelkiln.torch.quant.
 
 The strongest check is ``test_matches_scalar_oracle``: an independent
 pure-Python model of the spec (struct-rounded fp32 arithmetic, nearest-value
@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tilekiln.torch import (
+from kernelkiln.torch import (
     cast,
     cast_back,
     default_clamp_min,
@@ -477,7 +477,7 @@ def test_argument_validation(call, exc, words):
 
 def test_cast_back_of_one_row_with_col_major_packed_scales():
     """A (1, k) col-major packed-UE8M0 sf has a size-1 dim with stride 4: decoding must not view it as bytes."""
-    from tilekiln.torch import cast, cast_back
+    from kernelkiln.torch import cast, cast_back
     x = torch.randn(1, 256) * 3
     q, sf = cast(x, "e4m3", (1, 128), round_sf=True, use_packed_ue8m0=True, use_tma_aligned_col_major_sf=True)
     assert sf.shape == (1, 1) and sf.stride() == (1, 4)
@@ -486,5 +486,5 @@ def test_cast_back_of_one_row_with_col_major_packed_scales():
 
 
 def test_packed_scales_of_zero_rows_decode():
-    from tilekiln.torch.quant import _unpack_ue8m0
+    from kernelkiln.torch.quant import _unpack_ue8m0
     assert _unpack_ue8m0(torch.zeros(0, 2, dtype=torch.int32), (0, 7), 1).shape == (0, 7)

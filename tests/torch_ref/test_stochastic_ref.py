@@ -1,4 +1,4 @@
-"""CPU tests of the stochastic-rounding reference (tilekiln.torch.stochastic) and quant.cast's oracle.
+"""CPU tests of the stochastic-rounding reference (kernelkiln.torch.stochastic) and quant.cast's oracle.
 
 The hash and the rounding rule are re-derived here independently, in plain Python
 integers and exact fractions, from the definitions in OPERATORS.md §2.2 and
@@ -11,8 +11,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from tilekiln.torch import cast as ref_quant_cast
-from tilekiln.torch import stochastic as sr
+from kernelkiln.torch import cast as ref_quant_cast
+from kernelkiln.torch import stochastic as sr
 
 M32 = 0xFFFFFFFF
 
@@ -226,7 +226,7 @@ def test_cast_dtype_rejects_bad_arguments():
 @pytest.mark.parametrize("gm", [32, 128])
 @pytest.mark.parametrize("round_sf,packed", [(False, False), (True, False), (True, True)])
 def test_per_channel_reference_layout(gm, round_sf, packed):
-    """tilekiln.torch.cast with block (gm, 1) is per_channel_cast's oracle, "col pack" included."""
+    """kernelkiln.torch.cast with block (gm, 1) is per_channel_cast's oracle, "col pack" included."""
     t, h = 5 * gm, 256
     x = torch.randn(t, h) * torch.exp2(torch.randint(-8, 8, (1, h)).float())
     q, sf = ref_quant_cast(x, "e4m3", (gm, 1), round_sf=round_sf, use_packed_ue8m0=packed)
@@ -251,7 +251,7 @@ def test_per_channel_reference_layout(gm, round_sf, packed):
 def test_per_token_stochastic_cast_restarts_the_quad_index_per_row():
     """per_token_cast(stochastic_cast=True): one row is the flat stochastic rounding of its scaled
     values (quad index from 0), and every row is independent of its neighbours."""
-    from tilekiln.torch import cast, stochastic_round
+    from kernelkiln.torch import cast, stochastic_round
     torch.manual_seed(0)
     x = torch.randn(5, 512) * 3
     q, sf = cast(x, "e4m3", (1, 128), stochastic=True)

@@ -1,8 +1,8 @@
-"""CPU tests of the SwiGLU references (tilekiln.torch.swiglu)."""
+"""CPU tests of the SwiGLU references (kernelkiln.torch.swiglu)."""
 import pytest
 import torch
 
-from tilekiln.torch import get_mapping_from_psum, swiglu_backward, swiglu_forward
+from kernelkiln.torch import get_mapping_from_psum, swiglu_backward, swiglu_forward
 
 
 def test_mapping_marks_padding_rows():

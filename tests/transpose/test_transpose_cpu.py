@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import tilekiln
+import kernelkiln
 
 
 @pytest.mark.parametrize("fn,x,exc,match", [
@@ -20,22 +20,22 @@ import tilekiln
 ])
 def test_bad_inputs(fn, x, exc, match):
     with pytest.raises(exc, match=match):
-        getattr(tilekiln.transpose, fn)(x)
+        getattr(kernelkiln.transpose, fn)(x)
 
 
 def test_valid_cpu_input_asks_for_cuda():
     with pytest.raises(ValueError, match="need a CUDA tensor"):
-        tilekiln.transpose.transpose(torch.zeros(64, 128, dtype=torch.bfloat16))
+        kernelkiln.transpose.transpose(torch.zeros(64, 128, dtype=torch.bfloat16))
 
 
 def test_empty_needs_no_device():
-    y = tilekiln.transpose.batched_transpose(torch.zeros(0, 64, 128, dtype=torch.float8_e4m3fn))
+    y = kernelkiln.transpose.batched_transpose(torch.zeros(0, 64, 128, dtype=torch.float8_e4m3fn))
     assert y.shape == (0, 128, 64) and y.dtype == torch.float8_e4m3fn
-    assert tilekiln.transpose.transpose(torch.zeros(0, 64)).shape == (64, 0)
+    assert kernelkiln.transpose.transpose(torch.zeros(0, 64)).shape == (64, 0)
 
 
 def test_fake_tensor_shapes():
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode():
-        y = torch.ops.tilekiln.batched_transpose(torch.empty(8, 128, 64, dtype=torch.bfloat16, device="cuda"))
+        y = torch.ops.kernelkiln.batched_transpose(torch.empty(8, 128, 64, dtype=torch.bfloat16, device="cuda"))
         assert y.shape == (8, 64, 128) and y.is_contiguous()

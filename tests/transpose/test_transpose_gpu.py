@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import tilekiln
+import kernelkiln
 
 pytestmark = pytest.mark.gpu
 DTYPES = [torch.float8_e4m3fn, torch.bfloat16, torch.float32]
@@ -22,7 +22,7 @@ def _bits(t):
 @pytest.mark.parametrize("m,n", [(64, 64), (128, 192), (4032, 7168), (7168, 2048), (64, 4096)])
 def test_transpose_matches_torch(seed, dtype, m, n):
     x = _random((m, n), dtype)
-    y = tilekiln.transpose.transpose(x)
+    y = kernelkiln.transpose.transpose(x)
     assert y.shape == (n, m) and y.dtype == dtype and y.is_contiguous()
     assert torch.equal(_bits(y), _bits(x.t().contiguous()))
 
@@ -31,7 +31,7 @@ def test_transpose_matches_torch(seed, dtype, m, n):
 @pytest.mark.parametrize("b,m,n", [(1, 64, 64), (8, 2048, 7168), (32, 192, 320), (3, 4096, 128)])
 def test_batched_transpose_matches_torch(seed, dtype, b, m, n):
     x = _random((b, m, n), dtype)
-    y = tilekiln.transpose.batched_transpose(x)
+    y = kernelkiln.transpose.batched_transpose(x)
     assert y.shape == (b, n, m) and y.is_contiguous()
     assert torch.equal(_bits(y), _bits(x.transpose(1, 2).contiguous()))
 
@@ -42,13 +42,13 @@ def test_strided_inputs_use_the_narrow_loads(seed, dtype):
     # and a base 4 elements past a 16-byte boundary: the 4-element-load variant.
     big = _random((3, 200, 644), dtype)
     x = big[:, 4:196, 4:580]  # [3, 192, 576], row stride 644, batch stride 128800
-    y = tilekiln.transpose.batched_transpose(x)
+    y = kernelkiln.transpose.batched_transpose(x)
     assert torch.equal(_bits(y), _bits(x.transpose(1, 2).contiguous()))
     x2 = big[1, 8:136, 4:132]
-    assert torch.equal(_bits(tilekiln.transpose.transpose(x2)), _bits(x2.t().contiguous()))
+    assert torch.equal(_bits(kernelkiln.transpose.transpose(x2)), _bits(x2.t().contiguous()))
 
 
 def test_zero_sized():
     x = torch.empty(0, 64, 128, device="cuda", dtype=torch.bfloat16)
-    assert tilekiln.transpose.batched_transpose(x).shape == (0, 128, 64)
-    assert tilekiln.transpose.transpose(torch.empty(0, 64, device="cuda")).shape == (64, 0)
+    assert kernelkiln.transpose.batched_transpose(x).shape == (0, 128, 64)
+    assert kernelkiln.transpose.transpose(torch.empty(0, 64, device="cuda")).shape == (64, 0)

@@ -1,0 +1,52 @@
+"""KernelKiln: DeepSeek-style LLM kernels compiled ahead of time (tile_kernels 2.1 compatible API).
+
+Importing needs neither a GPU nor a CUDA driver; kernels load on first use. The op families
+(``quant``, ``moe``, ``transpose``) and the references (``torch``) are imported on first attribute
+access: a first call pays only for its own family. Their torch.library ops are registered later still:
+the first lookup of ``torch.ops.kernelkiln.<op>`` imports the op's family and registers its ops
+(kernelkiln/_runtime/torch_ops.py).
+"""
+import importlib as _importlib
+
+from kernelkiln import config  # noqa: F401
+from kernelkiln._runtime import DriverError, MissingSpecializationError, UnsupportedDeviceError, preload  # noqa: F401
+from kernelkiln._runtime import torch_ops as _torch_ops
+from kernelkiln.config import (  # noqa: F401
+    get_amax_clamp_for_quant,
+    get_deterministic_algorithms,
+    get_device_num_sms,
+    get_num_sms,
+    get_pdl,
+    get_token_alignment,
+    set_amax_clamp_for_quant,
+    set_num_sms,
+    set_pdl,
+    set_token_alignment,
+    use_deterministic_algorithms,
+)
+
+__version__ = "0.1.0"
+_torch_ops.install()
+_LAZY_SUBMODULES = ("quant", "moe", "transpose", "torch")
+
+
+def __getattr__(name):
+    if name in _LAZY_SUBMODULES:
+        return _importlib.import_module(f"kernelkiln.{name}")
+    raise AttributeError(f"module 'kernelkiln' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({n for n in globals() if not n.startswith("_") or n == "__version__"} | set(_LAZY_SUBMODULES))
+
+
+def check_errors(device=None):
+    """Synchronize ``device`` and raise any error a KernelKiln kernel recorded there (quant and routing)."""
+    from kernelkiln.quant import check_errors as check
+    return check(device)
+
+
+def list_kernels():
+    """[(op, arch, variant params)] of every precompiled kernel in this installation."""
+    from kernelkiln._runtime import store
+    return [(e["op"], e["arch"], e["variant"]) for e in store().variants()]

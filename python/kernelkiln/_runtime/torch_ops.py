@@ -1,0 +1,86 @@
+"""``torch.ops.kernelkiln.<op>`` right after ``import kernelkiln``; a family registers its ops on first lookup.
+
+The op families are imported lazily: a first call pays only for its own family (importing all three took
+56-70 ms on the CPU build machine). Importing a family does not register its torch.library ops either: the
+``custom_op`` + ``register_fake`` registrations (25 ops) were 85-92 % of the family imports that every
+process's first eager call pays (median of 9 fresh processes, CPU build machine: quant 27 -> 4 ms, moe
+17 -> 1.5 ms, transpose 5 -> 0.4 ms without them), although eager calls never go through the registered ops
+(the public wrappers call them only under ``torch.compiler.is_compiling()``). So each family defines its ops
+in a ``_register_ops()`` function, and ``import kernelkiln`` installs a namespace object that, on the first
+lookup of one of a family's ops, imports the family and runs that function once (``register``).
+The wrappers' compile paths look their ops up there, so the first lookup may happen while Dynamo traces:
+Dynamo evaluates the attribute itself, outside the traced frame, so the registration runs as plain Python
+and the trace goes on without a graph break (tests/runtime/test_torch_ops_namespace.py, fullgraph=True).
+That test also keeps OP_FAMILY equal to the ops the families register.
+"""
+import importlib
+import threading
+
+import torch
+from torch._ops import _OpNamespace  # the class of torch.ops.<namespace> (torch >= 2.4)
+
+NAMESPACE = "kernelkiln"
+_QUANT, _MOE, _TRANSPOSE = "kernelkiln.quant", "kernelkiln.moe", "kernelkiln.transpose"
+FAMILIES = (_QUANT, _MOE, _TRANSPOSE)
+OP_FAMILY = {
+    **dict.fromkeys((
+        "per_token_cast", "per_token_cast_requant", "per_block_cast", "per_channel_cast", "cast", "cast_back",
+        "per_channel_cast_and_transpose", "swiglu_forward", "swiglu_forward_and_per_token_cast",
+        "swiglu_backward", "swiglu_backward_and_per_token_cast", "swiglu_forward_and_per_channel_cast_and_transpose",
+        "norm_forward"), _QUANT),
+    **dict.fromkeys((
+        "topk_gate", "normalize_weight", "top2_sum_gate", "topk_sum_and_topk_group_idx", "moe_topk_gate_forward",
+        "moe_topk_gate_backward", "group_count", "aux_fi", "mask_indices_by_tp", "inplace_unique_group_indices"), _MOE),
+    **dict.fromkeys(("transpose", "batched_transpose"), _TRANSPOSE),
+}
+
+_lock = threading.RLock()
+_registered = set()  # families whose ops are registered
+_registering = set()  # families whose _register_ops() runs now (on the thread that holds _lock)
+
+
+def register(family):
+    """Register the torch.library ops of ``family`` (e.g. "kernelkiln.quant") once; thread-safe, idempotent."""
+    if family in _registered:
+        return
+    module = importlib.import_module(family)  # outside the lock: imports take their own locks
+    with _lock:
+        # custom_op looks each op up in torch.ops.kernelkiln right after defining it: that re-entry (same
+        # thread, so the RLock lets it in) finds the family in _registering and must not register again.
+        if family in _registered or family in _registering:
+            return
+        _registering.add(family)
+        try:
+            module._register_ops()
+            _registered.add(family)
+        finally:
+            _registering.discard(family)
+
+
+def register_all():
+    """Register every family's ops now (tests; a process that wants them all before its first compile)."""
+    for family in FAMILIES:
+        register(family)
+
+
+class _FamilyImportingNamespace(_OpNamespace):
+    # _OpNamespace names each op's module after the class's module; torch.compile's code generation
+    # finds ops again by that name, so it must be torch.ops.kernelkiln as for a plain namespace.
+    __module__ = "torch.ops"
+
+    def __getattr__(self, op_name):
+        # Only a first lookup gets here: _OpNamespace caches the op packet as an instance attribute.
+        family = OP_FAMILY.get(op_name)
+        if family is None:
+            return super().__getattr__(op_name)
+        register(family)  # imports the family and registers its ops
+        with _lock:
+            # Another thread's lookup (or the registration's own, see register) may have cached the packet
+            # since this one missed the cache: return that one, so each op keeps a single packet.
+            packet = self.__dict__.get(op_name)
+            return packet if packet is not None else super().__getattr__(op_name)
+
+
+def install():
+    if not isinstance(torch.ops.__dict__.get(NAMESPACE), _FamilyImportingNamespace):
+        setattr(torch.ops, NAMESPACE, _FamilyImportingNamespace(NAMESPACE))

@@ -1,0 +1,26 @@
+"""Kernels that exercise loader features no op uses yet (TMA descriptors, clusters).
+
+``tma_copy`` runs kernels/selftest/tma_copy.py: its store is a TMA bulk copy whose
+descriptor the loader encodes per call, and it launches as 2-CTA clusters.
+"""
+import torch
+
+from kernelkiln import config
+from kernelkiln._runtime import _raw_stream, checks, store
+
+COLS = 256
+
+
+def tma_copy(src):
+    """A copy of ``src`` ([rows, 256] fp32, contiguous) made by the TMA self-test kernel."""
+    checks.tensor("src", src, (torch.float32,), ndim=2)
+    if src.shape[1] != COLS or not src.is_contiguous():
+        raise ValueError(f"src must be contiguous with {COLS} columns, got shape {tuple(src.shape)}")
+    checks.cuda("src", src)
+    checks.aligned("src", src, 16)
+    dst = torch.empty_like(src)
+    if src.shape[0]:
+        index = src.device.index
+        kernel = store().kernel("selftest_tma_copy", ("dtype",), ("float32",), index)
+        kernel.launch(index, _raw_stream(index), kernel.bind(src, dst), config.get_pdl())
+    return dst

@@ -1,0 +1,111 @@
+"""Process-global runtime configuration (OPERATORS.md §1), tile_kernels-compatible names.
+
+In KernelKiln none of these knobs selects a different cubin except through the
+manifest: PDL is a launch attribute (every kernel is built with the PDL
+wait/trigger, which are no-ops when launched without it), the amax floor is a
+kernel argument, and the SM count is read from the device at run time.
+"""
+_DEFAULT_CLAMP_MIN_VALUES = {
+    ("e4m3", False): 1e-4,
+    ("e4m3", True): 448.0 * 2.0**-9,
+    ("e2m1", False): 6.0 * 2.0**-126,
+    ("e2m1", True): 6.0 * 2.0**-9,
+}
+
+_state = {}
+
+
+def reset_runtime_config():
+    _state.clear()
+    _state.update(num_sms=0, pdl=False, deterministic=False, token_alignment=128,
+                  clamp=dict(_DEFAULT_CLAMP_MIN_VALUES))
+
+
+reset_runtime_config()
+
+
+def _check_int(name, value, lo=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if lo is not None and value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+
+
+_device_sms = {}  # device index -> SM count (fixed for a process; launch paths ask for it per call)
+
+
+def require_cuda(what):
+    """Raise the project's own error where torch has no CUDA device (a CPU-only build or no GPU), before torch's
+    ``AssertionError: Torch not compiled with CUDA enabled`` or a driver error would."""
+    import torch
+    if not torch.cuda.is_available():
+        from kernelkiln._runtime.artifacts import UnsupportedDeviceError
+        why = "this torch build has no CUDA support" if torch.version.cuda is None else "torch sees no CUDA GPU"
+        raise UnsupportedDeviceError(f"{what} needs an NVIDIA GPU, but {why} (torch {torch.__version__}). "
+                                     "KernelKiln's kernels run on H100/H200 (sm_90a) and B200 (sm_100a).")
+
+
+def get_device_num_sms(device=None):
+    import torch
+    require_cuda("get_device_num_sms")
+    idx = None if device is None else torch.device(device).index
+    if idx is None:  # no device, or "cuda" without an index: the current device
+        idx = torch.cuda.current_device()
+    n = _device_sms.get(idx)
+    if n is None:
+        n = _device_sms[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return n
+
+
+def set_num_sms(num_sms: int) -> None:
+    _check_int("num_sms", num_sms, 1)
+    limit = get_device_num_sms()
+    if num_sms > limit:
+        raise ValueError(f"num_sms must be in 1..{limit} (this device's SM count), got {num_sms}")
+    _state["num_sms"] = num_sms
+
+
+def get_num_sms() -> int:
+    return _state["num_sms"] or get_device_num_sms()
+
+
+def set_pdl(use_pdl: bool) -> None:
+    if not isinstance(use_pdl, bool):
+        raise TypeError(f"use_pdl must be a bool, got {type(use_pdl).__name__}")
+    _state["pdl"] = use_pdl
+
+
+def get_pdl() -> bool:
+    return _state["pdl"]
+
+
+def use_deterministic_algorithms(enabled: bool) -> None:
+    # Stored for API compatibility; every KernelKiln kernel is deterministic already.
+    _state["deterministic"] = bool(enabled)
+
+
+def get_deterministic_algorithms() -> bool:
+    return _state["deterministic"]
+
+
+def set_token_alignment(token_alignment: int) -> None:
+    _check_int("token_alignment", token_alignment, 1)
+    _state["token_alignment"] = token_alignment
+
+
+def get_token_alignment() -> int:
+    return _state["token_alignment"]
+
+
+def set_amax_clamp_for_quant(fmt: str, use_e4m3_sf: bool, clamp_min_value: float) -> None:
+    if fmt not in ("e4m3", "e2m1"):
+        raise ValueError(f"fmt must be 'e4m3' or 'e2m1', got {fmt!r}")
+    if not clamp_min_value > 0:
+        raise ValueError(f"clamp_min_value must be > 0 (a positive normal floor), got {clamp_min_value}")
+    _state["clamp"][(fmt, bool(use_e4m3_sf))] = float(clamp_min_value)
+
+
+def get_amax_clamp_for_quant(fmt: str, use_e4m3_sf: bool) -> float:
+    if fmt not in ("e4m3", "e2m1"):
+        raise ValueError(f"fmt must be 'e4m3' or 'e2m1', got {fmt!r}")
+    return _state["clamp"][(fmt, bool(use_e4m3_sf))]

@@ -1,0 +1,75 @@
+"""transpose / batched_transpose (tile_kernels v1 ``transpose`` module signatures, OPERATORS.md §3.3).
+
+[M, N] or [B, M, N] with M, N multiples of 64, inner stride 1 and row (and batch)
+strides multiples of 4 elements -> contiguous [N, M] / [B, N, M]. The kernel moves
+raw bits, so the variant is picked by element width; 16-byte loads are used
+whenever the strides and the base address allow them.
+"""
+import torch
+
+from kernelkiln._runtime import checks, launch
+
+OP = "batched_transpose"
+PARAM_NAMES = ("elem_bytes", "wide_loads", "vectors_per_thread")
+DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float32)
+TILE = 64
+MAX_GRID_YZ = 65535  # CUDA limit of gridDim.y / gridDim.z (M / 64 or N / 64, and B)
+# Per element width: 16-byte vectors per thread (the built variant; must match the kernel's TUNED_VECTORS) and whether
+# consecutive CTAs walk M (m_fast: they fill the same output rows) or N. Chosen on the H200 (one run, copy
+# ceiling 4.24 TB/s; [8,7168,4096] / [8,2048,7168] / [16384,7168]): fp32 4 vectors (256 threads) 55/66/67%,
+# 8 vectors (128 threads) 79/84/83%, 8 + m_fast 80/85/85%, 16 vectors 77-82%; bf16 4 vectors 72/80/78%,
+# + m_fast 73/81/81%, 8 or 16 vectors 69-73%; e4m3 4 vectors 88/88/81%, + m_fast 86/88/77%, 8 vectors 79-86%.
+VECTORS = {1: 4, 2: 4, 4: 8}
+M_FAST = {1: False, 2: True, 4: True}
+
+
+def _check(name, x, ndim):
+    checks.tensor(name, x, DTYPES, ndim=ndim)
+    m, n = x.shape[-2:]
+    if m % TILE or n % TILE:
+        raise ValueError(f"{name} must have its last two dims (M, N) multiples of {TILE}, got "
+                         f"shape {tuple(x.shape)}")
+    if x.numel() and x.stride(-1) != 1:
+        raise ValueError(f"{name} must have inner stride 1, got strides {tuple(x.stride())}")
+    if x.numel() and any(s % 4 for s in x.stride()[:-1]):
+        raise ValueError(f"{name} must have row (and batch) strides that are multiples of 4 elements, got "
+                         f"strides {tuple(x.stride())}")
+    if ndim == 3 and x.shape[0] > MAX_GRID_YZ:
+        raise ValueError(f"{name}.shape[0] (batch) must be at most {MAX_GRID_YZ}, got {x.shape[0]}")
+    if m // TILE > MAX_GRID_YZ:
+        raise ValueError(f"{name}.shape[-2] (M) must be at most {MAX_GRID_YZ * TILE}, got {m}")
+
+
+def _run(x3):
+    """Transpose [B, M, N] (validated) into a new contiguous [B, N, M]."""
+    b, m, n = x3.shape
+    y = torch.empty((b, n, m), dtype=x3.dtype, device=x3.device)
+    if y.numel() == 0:
+        return y
+    checks.cuda("x", x3)
+    eb = x3.element_size()
+    checks.aligned("x", x3, 4 * eb)
+    sv = 16 // eb
+    sm, sb = x3.stride(1), x3.stride(0)
+    if b == 1:
+        sb = 0  # never used; a size-1 batch's stride is arbitrary
+    # 16-byte loads when every row start is 16-byte aligned; otherwise 4-element loads.
+    wide = eb == 4 or (x3.data_ptr() % 16 == 0 and sm % sv == 0 and sb % sv == 0)
+    lv = sv if wide else 4
+    m_fast = M_FAST[eb] and n // TILE <= MAX_GRID_YZ  # N / 64 then is gridDim.y
+    tiles = (m // TILE, n // TILE) if m_fast else (n // TILE, m // TILE)
+    launch(OP, PARAM_NAMES, (eb, wide, VECTORS[eb]), x3.device,
+           (x3.data_ptr(), y.data_ptr(), b, *tiles, sm // lv, sb // lv, int(m_fast)))
+    return y
+
+
+def batched_transpose(x):
+    """[B, M, N] -> contiguous [B, N, M] (e4m3, bf16 or fp32)."""
+    _check("x", x, 3)
+    return _run(x)
+
+
+def transpose(x):
+    """[M, N] -> contiguous [N, M] (e4m3, bf16 or fp32)."""
+    _check("x", x, 2)
+    return _run(x.unsqueeze(0))[0]
