@@ -24,7 +24,7 @@ def child():
 
     import kernelkiln
     from kernelkiln._runtime import _raw_stream, store
-    from kernelkiln._runtime.outputs import RowOutputs
+    from kernelkiln._ops.outputs import RowOutputs
     from kernelkiln.quant import _per_token
 
     dev = torch.device("cuda", 0)
@@ -135,7 +135,7 @@ def _lean_plan_per_token_cast(kernel, x):
     import torch
 
     from kernelkiln._runtime import _raw_stream
-    from kernelkiln._runtime.outputs import RowOutputs
+    from kernelkiln._ops.outputs import RowOutputs
     from kernelkiln.quant import _per_token
     fixed = (0, 0, 0, 0, 112, 896, 896, 56, 1, 0, 1, 0.0, 0, 0, 0, 1, 1, 0, 7)
     go = kernel.bound_launcher(0, fixed, _per_token._PLAN_VALUES)

@@ -4,13 +4,13 @@ Importing needs neither a GPU nor a CUDA driver; kernels load on first use. The 
 (``quant``, ``moe``, ``transpose``) and the references (``torch``) are imported on first attribute
 access: a first call pays only for its own family. Their torch.library ops are registered later still:
 the first lookup of ``torch.ops.kernelkiln.<op>`` imports the op's family and registers its ops
-(kernelkiln/_runtime/torch_ops.py).
+(kernelkiln/_ops/torch_ops.py).
 """
 import importlib as _importlib
 
 from kernelkiln import config  # noqa: F401
 from kernelkiln._runtime import DriverError, MissingSpecializationError, UnsupportedDeviceError, preload  # noqa: F401
-from kernelkiln._runtime import torch_ops as _torch_ops
+from kernelkiln._ops import torch_ops as _torch_ops
 from kernelkiln.config import (  # noqa: F401
     get_amax_clamp_for_quant,
     get_deterministic_algorithms,

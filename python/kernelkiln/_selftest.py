@@ -6,7 +6,8 @@ descriptor the loader encodes per call, and it launches as 2-CTA clusters.
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import _raw_stream, checks, store
+from kernelkiln._ops import checks
+from kernelkiln._runtime import _raw_stream, store
 
 COLS = 256
 

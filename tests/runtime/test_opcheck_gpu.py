@@ -3,7 +3,7 @@ small valid CUDA inputs; a CPU test keeps the table equal to the registered ops,
 import pytest
 import torch
 
-import kernelkiln._runtime.torch_ops as torch_ops
+import kernelkiln._ops.torch_ops as torch_ops
 
 T, E, K = 64, 256, 8  # tokens, experts, top-k
 

@@ -181,7 +181,7 @@ def test_families_load_on_first_use():
 def test_row_output_templates_give_fresh_contiguous_tensors(dtype, width):
     """The launch plans allocate with torch.empty_like of a stride-0 template: the result must look exactly like
     torch.empty(t, width), including the one-element corner where a stride-0 template would count as dense."""
-    from kernelkiln._runtime.outputs import RowOutputs
+    from kernelkiln._ops.outputs import RowOutputs
     outputs = RowOutputs(width, dtype, torch.device("cpu"))
     for t in (1, 2, 3, 128, 1, 4099):
         a, ref = torch.empty_like(outputs[t]), torch.empty(t, width, dtype=dtype)

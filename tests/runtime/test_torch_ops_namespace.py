@@ -1,5 +1,5 @@
 """torch.ops.kernelkiln.<op> works right after `import kernelkiln` although the families import lazily and register
-their torch.library ops only on the first lookup of one of them (kernelkiln/_runtime/torch_ops.py)."""
+their torch.library ops only on the first lookup of one of them (kernelkiln/_ops/torch_ops.py)."""
 import os
 import subprocess
 import sys
@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 import kernelkiln  # noqa: F401
-from kernelkiln._runtime import torch_ops
+from kernelkiln._ops import torch_ops
 
 
 # defined(): the kernelkiln ops the dispatcher knows, asked without a lookup in torch.ops.kernelkiln (which registers).
@@ -47,7 +47,7 @@ def test_an_op_lookup_imports_its_family_only():
 def test_importing_a_family_registers_no_op_and_the_first_lookup_registers_its_family():
     out = _run("""
         import kernelkiln, kernelkiln.moe, kernelkiln.quant, kernelkiln.transpose
-        from kernelkiln._runtime.torch_ops import OP_FAMILY
+        from kernelkiln._ops.torch_ops import OP_FAMILY
         print(sorted(defined()))
         q, sf = torch.ops.kernelkiln.per_token_cast(torch.empty(256, 512, dtype=torch.bfloat16, device="meta"),
                                                   "e4m3", 128, False, False, False, False)  # its fake implementation
@@ -62,7 +62,7 @@ def test_importing_a_family_registers_no_op_and_the_first_lookup_registers_its_f
 def test_first_lookups_from_many_threads_register_once():
     out = _run("""
         import threading, kernelkiln
-        from kernelkiln._runtime.torch_ops import OP_FAMILY
+        from kernelkiln._ops.torch_ops import OP_FAMILY
         names = sorted(OP_FAMILY) * 4
         barrier, found, errors = threading.Barrier(len(names)), {}, []
         def look(i, name):

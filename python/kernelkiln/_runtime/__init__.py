@@ -1,4 +1,8 @@
-"""KernelKiln's runtime: kernel store, driver-API loader, launch. Depends on torch and libcuda only."""
+"""KernelKiln's loader: kernel store, driver-API loader, launch. Depends on torch and libcuda only.
+
+It knows kernels, their launch specs and the driver; what the ops share (checks, outputs, error flags, launches by
+name, the torch.library registry) is kernelkiln._ops.
+"""
 import torch
 
 from kernelkiln import config

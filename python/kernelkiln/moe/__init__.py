@@ -133,7 +133,7 @@ def inplace_unique_group_indices(group_indices, num_groups):
 def _register_ops():
     """Define the family's torch.library ops (schemas and fake implementations) that torch.compile traces.
 
-    kernelkiln._runtime.torch_ops.register runs this once, on the first lookup of one of the family's ops in
+    kernelkiln._ops.torch_ops.register runs this once, on the first lookup of one of the family's ops in
     torch.ops.kernelkiln, not at import: eager calls never go through the ops, and registering them made the
     import that every process's first eager call pays 17 ms instead of 1.5 ms (CPU build machine; the first
     lookup now pays the ~13 ms).

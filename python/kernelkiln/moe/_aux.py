@@ -8,7 +8,8 @@ counts, and aux_fi's one division per expert, are exact and independent of the g
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+from kernelkiln._runtime import launch
 from kernelkiln.moe._top2_sum import _int
 
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)

@@ -6,7 +6,8 @@ kernelkiln.torch.fused. Every check runs before any device work, so errors are t
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+from kernelkiln._runtime import launch
 
 MAP_OP, MAP_PARAMS = "get_fused_mapping", ("stage", "threads")
 EXP_OP, EXP_PARAMS = "expand_to_fused", ("vec_bytes",)

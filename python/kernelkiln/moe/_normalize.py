@@ -1,7 +1,9 @@
 """normalize_weight (tile_kernels 2.1 signature): (denominator [T], normalized [T, K])."""
 import torch
 
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch
 
 OP = "normalize_weight"
 PARAM_NAMES = ("threads",)

@@ -9,7 +9,9 @@ are skipped like -1. Its inputs must be contiguous.
 """
 import torch
 
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch
 from kernelkiln.moe import _topk
 from kernelkiln.moe._top2_sum import _int, _physical_map, _token_mask, _unmapped_idx
 

@@ -6,7 +6,9 @@ becomes -1 / 0 and NonFiniteScoresError is raised by the next routing call or
 """
 import torch
 
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch
 from kernelkiln.moe import _topk
 
 OP = "top2_sum_gate"

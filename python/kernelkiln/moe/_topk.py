@@ -11,8 +11,9 @@ after the launch when ``KERNELKILN_SYNC_CHECKS=1`` / ``set_sync_checks(True)``.
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import _raw_stream, checks, error_flags, launch, store
-from kernelkiln._runtime.outputs import RowOutputs
+from kernelkiln._ops import checks, error_flags
+from kernelkiln._runtime import _raw_stream, launch, store
+from kernelkiln._ops.outputs import RowOutputs
 
 OP = "topk_gate"
 PARAM_NAMES = ("experts_per_lane", "vector_loads")

@@ -1,7 +1,9 @@
 """topk_sum_and_topk_group_idx (tile_kernels v1 signature): best groups of [T, G, E/G] scores -> [T, k] int64."""
 import torch
 
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch
 
 OP = "topk_sum_and_topk_group_idx"
 PARAM_NAMES = ("threads",)

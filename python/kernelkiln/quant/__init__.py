@@ -143,7 +143,7 @@ def swiglu_forward_and_per_channel_cast_and_transpose(x, fmt, num_per_tokens, ro
 def _register_ops():
     """Define the family's torch.library ops (schemas and fake implementations) that torch.compile traces.
 
-    kernelkiln._runtime.torch_ops.register runs this once, on the first lookup of one of the family's ops in
+    kernelkiln._ops.torch_ops.register runs this once, on the first lookup of one of the family's ops in
     torch.ops.kernelkiln, not at import: eager calls never go through the ops, and registering them made the
     import that every process's first eager call pays 27 ms instead of 4 ms (CPU build machine; the first
     lookup now pays the ~20 ms).

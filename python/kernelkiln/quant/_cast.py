@@ -6,7 +6,9 @@ tensor. Numerics: ``kernelkiln.torch.stochastic.cast_dtype`` (bit-exact oracle).
 """
 import torch
 
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch
 
 OP = "cast"
 PARAM_NAMES = ("in_dtype", "out_dtype", "stochastic_rounding")

@@ -6,7 +6,9 @@ TMA-aligned column-major (not for per-channel g == 1, whose packed scales go alo
 """
 import torch
 
-from kernelkiln._runtime import checks, launch, store
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch, store
 from kernelkiln.quant import _per_token
 
 OP = "cast_back"
@@ -148,7 +150,7 @@ def per_token_cast_and_cast_back(x, fmt, num_per_channels, round_sf=False, use_e
 
 def _register_ops():
     """This module's torch.library ops, registered on first lookup by kernelkiln.quant._register_ops (not at
-    import: kernelkiln._runtime.torch_ops says why)."""
+    import: kernelkiln._ops.torch_ops says why)."""
     @torch.library.custom_op("kernelkiln::cast_back", mutates_args=())
     def _cast_back_op(data: torch.Tensor, sf: torch.Tensor, fmt: str, x_block_size: list[int]) -> torch.Tensor:
         return _cast_back((data, sf), fmt, tuple(x_block_size))

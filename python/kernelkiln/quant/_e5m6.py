@@ -8,7 +8,9 @@ The amax floor is ``E5M6_CLAMP_MIN`` (kernelkiln.torch.quant_extra explains the 
 """
 import torch
 
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch
 from kernelkiln.quant import _per_token
 from kernelkiln.torch.quant_extra import E5M6_CLAMP_MIN
 

@@ -12,7 +12,8 @@ The outputs of the offending blocks are unspecified.
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, error_flags, launch
+from kernelkiln._ops import checks, error_flags
+from kernelkiln._runtime import launch
 from kernelkiln.quant._per_token import _sf_storage
 from kernelkiln.torch.quant_lossless import LosslessScaleError
 

@@ -8,7 +8,8 @@ import numbers
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+from kernelkiln._runtime import launch
 from kernelkiln.quant._per_token import _sf_storage
 
 FWD_OP, FWD_PARAMS = "norm_forward", ("x_dtype", "out_kind")

@@ -8,7 +8,8 @@ four per int32 along K, optionally TMA-aligned column-major.
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+from kernelkiln._runtime import launch
 from kernelkiln.quant._per_token import _alloc_q, _ceil_div, _sf_storage, _sf_strides
 
 OP = "per_block_cast"
@@ -162,7 +163,7 @@ def per_block_cast_with_precomputed_sf(x, fmt, block_size, sf, use_tma_aligned_c
 
 def _register_ops():
     """This module's torch.library ops, registered on first lookup by kernelkiln.quant._register_ops (not at
-    import: kernelkiln._runtime.torch_ops says why)."""
+    import: kernelkiln._ops.torch_ops says why)."""
     @torch.library.custom_op("kernelkiln::per_block_cast", mutates_args=())
     def _per_block_cast_op(x: torch.Tensor, fmt: str, block_size: list[int], use_tma_aligned_col_major_sf: bool,
                            round_sf: bool, use_packed_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:

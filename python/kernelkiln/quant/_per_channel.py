@@ -13,7 +13,8 @@ Also v1 ``per_channel_cast_fused`` (same kernel, "tail"/"gather" row modes).
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+from kernelkiln._runtime import launch
 
 OP = "per_channel_cast"
 PARAM_NAMES = ("in_dtype", "num_per_tokens", "sf_kind", "in_block", "rows")

@@ -13,7 +13,8 @@ import math
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+from kernelkiln._runtime import launch
 
 OP = "per_channel_transpose"
 PARAM_NAMES = ("prologue", "num_per_tokens", "transpose")

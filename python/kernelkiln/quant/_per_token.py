@@ -9,8 +9,9 @@ from typing import NamedTuple
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import _raw_stream, checks, launch, store
-from kernelkiln._runtime.outputs import RowOutputs
+from kernelkiln._ops import checks
+from kernelkiln._runtime import _raw_stream, launch, store
+from kernelkiln._ops.outputs import RowOutputs
 
 OP = "per_token_cast"
 PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic",

@@ -11,7 +11,8 @@ import math
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+from kernelkiln._runtime import launch
 from kernelkiln.quant import _per_token
 
 OP = "swiglu_forward"

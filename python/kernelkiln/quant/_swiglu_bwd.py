@@ -14,7 +14,8 @@ from typing import Optional
 import torch
 
 from kernelkiln import config
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+from kernelkiln._runtime import launch
 from kernelkiln.quant import _per_token, _swiglu
 
 OP = "swiglu_backward"
@@ -187,7 +188,7 @@ def _empty(device):
 
 def _register_ops():
     """This module's torch.library ops, registered on first lookup by kernelkiln.quant._register_ops (not at
-    import: kernelkiln._runtime.torch_ops says why)."""
+    import: kernelkiln._ops.torch_ops says why)."""
     @torch.library.custom_op("kernelkiln::swiglu_backward_and_per_token_cast", mutates_args=())
     def _swiglu_backward_and_per_token_cast_op(
             x_data: torch.Tensor, x_sf: torch.Tensor, act_x_grad: torch.Tensor, fmt: str, num_per_channels: int,

@@ -8,7 +8,9 @@ host-mapped error word of ``_lossless`` (at the next call or ``kernelkiln.quant.
 """
 import torch
 
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch
 from kernelkiln.quant import _lossless
 
 OP = "transpose_weight_sf"

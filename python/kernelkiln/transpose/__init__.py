@@ -9,7 +9,7 @@ __all__ = ["transpose", "batched_transpose"]
 def _register_ops():
     """Define the family's torch.library ops (schemas and fake implementations) that torch.compile traces.
 
-    kernelkiln._runtime.torch_ops.register runs this once, on the first lookup of one of the family's ops in
+    kernelkiln._ops.torch_ops.register runs this once, on the first lookup of one of the family's ops in
     torch.ops.kernelkiln, not at import: eager calls never go through the ops, and registering them made the
     import that every process's first eager call pays 5 ms instead of 0.4 ms (CPU build machine).
     """

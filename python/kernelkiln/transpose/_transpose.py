@@ -7,7 +7,9 @@ whenever the strides and the base address allow them.
 """
 import torch
 
-from kernelkiln._runtime import checks, launch
+from kernelkiln._ops import checks
+
+from kernelkiln._runtime import launch
 
 OP = "batched_transpose"
 PARAM_NAMES = ("elem_bytes", "wide_loads", "vectors_per_thread")
