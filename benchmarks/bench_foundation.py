@@ -1,6 +1,6 @@
 """Benchmarks of the foundation ops on a GPU; writes one JSON record per figure.
 
-Method (shared BASELINE.md): device time from CUDA-graph replay of N calls,
+Method (docs/BENCHMARKING.md): device time from CUDA-graph replay of N calls,
 median of repetitions, fresh random inputs larger than L2; bytes moved = each
 input read once + each output written once; the copy ceiling is measured in
 the same run. Host time: wall time per call at T = 128 over thousands of
@@ -44,7 +44,7 @@ def copy_ceiling_gbs(reps=5, calls=10):
     """Device-to-device copy of 1 GiB (bytes read + written), GB/s: median over reps of
     ``calls`` back-to-back copies between CUDA events. (Inside a CUDA graph the copy becomes a
     memcpy node that measured ~2.8 TB/s on the H200, below what kernels reach; events match
-    BASELINE.md's 4.1 TB/s method.)"""
+    the method of docs/BENCHMARKING.md.)"""
     a = torch.empty(1 << 28, dtype=torch.float32, device="cuda")
     b = torch.empty_like(a)
     b.copy_(a)

@@ -5,7 +5,7 @@
 Figures: cast fp32 -> bf16 (RNE and stochastic), fp32 -> e4m3 stochastic, bf16 -> e4m3
 stochastic, and per_channel_cast bf16 gm=128 (fp32 and packed UE8M0 scales), at
 T=16384, H=7168. Bytes = each input read once + each output written once
-(OPERATORS.md §3.2: cast n*(b_in + b_out); per_channel_cast T*H*b_in + T*H + (T/gm)*H*s).
+(docs/SPEC.md §3.2: cast n*(b_in + b_out); per_channel_cast T*H*b_in + T*H + (T/gm)*H*s).
 The copy ceiling is measured in the same run.
 """
 import sys

@@ -5,7 +5,7 @@
 get_fused_mapping (T=16384, K=8, E in {256, 32, 8}, alignment 128, N given: no host sync; target <= 20 us),
 expand_to_fused (bf16 and e4m3 + fp32 scales, H=7168), reduce_fused (bf16 -> bf16, bf16 -> e4m3,
 e4m3 + x_sf -> e4m3, fp32; H=7168, K=8). Bytes = each input read once + each output written once
-(OPERATORS.md §3.1 (B)); % of the copy ceiling measured in the same run (target >= 85%).
+(docs/SPEC.md §3.1 (B)); % of the copy ceiling measured in the same run (target >= 85%).
 """
 import sys
 from pathlib import Path

@@ -6,7 +6,7 @@ per_block_cast_lossless: MXFP4 (1 x 32, fp32 or packed UE8M0 scales) -> e4m3 wit
 (32, 32) and (128, 128) blocks at T=16384, H=7168 (targets >= 90% of copy bandwidth).
 batched_transpose_weight_sf: the fp32 128 x 128 scales of one MoE layer's expert weights
 (256 experts: gate/up [2*2048, 7168] as one weight and down [7168, 2048]), bs = 128 (target >= 80%).
-Bytes = each input read once + each output written once (OPERATORS.md §3.2). The copy ceiling
+Bytes = each input read once + each output written once (docs/SPEC.md §3.2). The copy ceiling
 is measured in the same run.
 """
 import sys

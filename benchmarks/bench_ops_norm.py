@@ -2,7 +2,7 @@
 
     python benchmarks/bench_ops_norm.py --out results.json
 
-Bytes = each input read once + each output written once (OPERATORS.md §3.2 row formulas);
+Bytes = each input read once + each output written once (docs/SPEC.md §3.2 row formulas);
 the norm_backward figure counts its weight-gradient scratch too (2 * P * H * 4 bytes), as
 a note in the record, but not in ``bytes``.
 """

@@ -5,7 +5,7 @@
 Figures at T=16384, H=7168: per_block_cast bf16 -> e4m3 128x128 and 32x32 (fp32 and packed
 UE8M0 scales), bf16 -> e2m1 128x128, fp32 -> e4m3 128x128; cast_back e4m3 1x128 and 128x128
 to bf16, e2m1 1x32 to bf16; per_token_cast_and_cast_back bf16 e4m3 g=128. Bytes = each
-input read once + each output written once (OPERATORS.md §3.2; fake quant 2*T*H*b, in place).
+input read once + each output written once (docs/SPEC.md §3.2; fake quant 2*T*H*b, in place).
 The copy ceiling is measured in the same run.
 """
 import sys

@@ -5,7 +5,7 @@
 Figures: per_channel_cast_and_transpose at T=16384, H=7168 and
 swiglu_forward_and_per_channel_cast_and_transpose at T=16384, I=2048 (x [T, 4096]), for
 gm in {32, 128}, round_sf on, transposed and not (swiglu), clamp 10. Bytes = each input read
-once + each output written once (OPERATORS.md §3.2: 2TH + TH + 4(T/gm)H, and
+once + each output written once (docs/SPEC.md §3.2: 2TH + TH + 4(T/gm)H, and
 T*2I*2 + T*I + 4(T/gm)I). Also per_channel_cast_fused (bf16 input, and FP8 1x128 input with its
 fp32 scales; without and with a pos_to_token gather of T rows in random order) and the FP8-input
 per_channel_cast (1x128 scales, gm=128). The copy ceiling is measured in the same run.

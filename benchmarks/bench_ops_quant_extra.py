@@ -4,7 +4,7 @@
 
 Figures: per_token_cast(x, 'e5m6', H) from bf16 and fp32 (fp32 and packed UE8M0 scales), and
 cast_back(..., x_special_fmt='e5m6') to bf16 and fp32, at T=16384, H=7168. Bytes = each input
-read once + each output written once (OPERATORS.md §3.2: T*H*b + 1.5*T*H + 4T). The copy
+read once + each output written once (docs/SPEC.md §3.2: T*H*b + 1.5*T*H + 4T). The copy
 ceiling is measured in the same run.
 """
 import sys

@@ -31,7 +31,7 @@ def _psum(n_valid, experts, alignment=128):
 
 
 def _backward_records(t, i, ceiling):
-    """swiglu_backward[_and_per_token_cast], bytes per OPERATORS.md §3.2 (B): x e4m3 N*2I + x sf
+    """swiglu_backward[_and_per_token_cast], bytes per docs/SPEC.md §3.2 (B): x e4m3 N*2I + x sf
     N*(2I/g)*4 + act_x_grad N*I*b_g (+4N weights) + x_grad bf16 N*2I*2 + x_grad e4m3 N*2I + sf
     (+4N weight_grad) (+N*I*2 act_out); padding rows are written (zeros) but not read."""
     records = []

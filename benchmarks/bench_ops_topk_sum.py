@@ -3,7 +3,7 @@
   python benchmarks/bench_ops_topk_sum.py --out results.json
 
 Records: T=16384, E=256, G=8 groups, 4 groups kept, group score = top-2 sum (V3) and top-1; latency,
-bytes = scores read once + indices written once (4TE + 8T*k, OPERATORS.md §3.1), % of the copy
+bytes = scores read once + indices written once (4TE + 8T*k, docs/SPEC.md §3.1), % of the copy
 ceiling measured in the same run.
 """
 import sys

@@ -67,7 +67,7 @@ def main():
                lambda: M.mask_indices_by_tp(idx, E, 8, 1, 2), 2 * nbytes(idx))
     groups = idx // 32
     graph_case("inplace_unique_group_indices", {"T": T, "K": K, "groups": 8},
-               lambda: M.inplace_unique_group_indices(groups, 8), 2 * nbytes(groups))  # OPERATORS.md: 16TK (RMW)
+               lambda: M.inplace_unique_group_indices(groups, 8), 2 * nbytes(groups))  # docs/SPEC.md: 16TK (RMW)
     write_results(args.out, ceiling, records)
 
 

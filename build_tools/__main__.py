@@ -205,7 +205,7 @@ def _drain(queue, prog, timeout):
 
 
 def _lower_parallel(work, gen, prog):
-    """One lowering process per arch (AOT-NOTES: no TileLang state shared between arches), live progress."""
+    """One lowering process per arch (docs/LOWERING.md §3: no TileLang state shared between arches), live progress."""
     import multiprocessing
     with multiprocessing.Manager() as mgr, ProcessPoolExecutor(max_workers=max(1, len(work))) as pool:
         queue = mgr.Queue()

@@ -2,7 +2,7 @@
 
 Run one process per arch: TileLang caches TIR per argument tuple inside a
 process, and device-property dependent frontends would otherwise leak one
-arch's choices into the other (AOT-NOTES §3 caveats).
+arch's choices into the other (docs/LOWERING.md §3).
 """
 import json
 import re

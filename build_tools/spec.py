@@ -5,7 +5,7 @@ kernel its symbol, its arguments in *device* order (TileLang drops unused
 buffers and reorders the rest, so the PrimFunc order cannot be assumed), grid
 and block as integer expressions over the PrimFunc's scalar parameters,
 dynamic shared memory, cluster dims, PDL and cooperative launch, plus the
-TMA descriptors to encode per call. See shared AOT-NOTES §1.2.
+TMA descriptors to encode per call. See docs/LOWERING.md §1.2.
 
 The expressions use Python syntax with ``//`` for floor division and only the
 operators the runtime's expression compiler accepts.

@@ -1,4 +1,4 @@
-"""Per-block scale expressions shared by fused quantizers (OPERATORS.md §2.1).
+"""Per-block scale expressions shared by fused quantizers (docs/SPEC.md §2.1).
 
 The same rules as kernels/quant/per_token_cast.py, written as pure expression
 builders so a fused kernel (swiglu, ...) quantizes bit-identically to

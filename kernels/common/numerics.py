@@ -1,6 +1,6 @@
 """Scalar numerics shared by the quantization kernels (TIR expression builders).
 
-Each helper returns a TIR expression; the rules are OPERATORS.md §2.1/§2.2 and
+Each helper returns a TIR expression; the rules are docs/SPEC.md §2.1/§2.2 and
 are mirrored bit for bit by ``kernelkiln.torch.quant``.
 """
 import tilelang.language as T

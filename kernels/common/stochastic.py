@@ -1,4 +1,4 @@
-"""Deterministic stochastic rounding (OPERATORS.md §2.2), as TIR expression builders.
+"""Deterministic stochastic rounding (docs/SPEC.md §2.2), as TIR expression builders.
 
 Used by ``quant.cast(..., stochastic_rounding=True)`` and meant for
 ``per_token_cast(..., stochastic_cast=True)``. Mirrored bit for bit by

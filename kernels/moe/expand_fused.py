@@ -1,4 +1,4 @@
-"""expand_to_fused / expand_to_fused_with_sf (v1): token rows -> expert-major slots (OPERATORS.md §3.1).
+"""expand_to_fused / expand_to_fused_with_sf (v1): token rows -> expert-major slots (docs/SPEC.md §3.1).
 
 One kernel for both ops and every dtype: rows are copied as raw units of ``vec_bytes``
 (16 when the row, its stride and the pointers allow it; then 4; then 1), so the data

@@ -1,4 +1,4 @@
-"""get_fused_mapping (v1): the expert-major ("fused") layout of a [T, K] routing (OPERATORS.md §3.1).
+"""get_fused_mapping (v1): the expert-major ("fused") layout of a [T, K] routing (docs/SPEC.md §3.1).
 
 Three launches in a fixed order instead of the peer's cooperative grid sync (no host sync,
 graph-capturable, PDL-compatible):

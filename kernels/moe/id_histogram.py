@@ -1,5 +1,5 @@
 """id_histogram: the counts of ids in [0, B) of an int64 [T, K] tensor, for v1 group_count and aux_fi
-(OPERATORS.md §3.1).
+(docs/SPEC.md §3.1).
 
 Each CTA counts a contiguous flat range into a shared-memory histogram (int atomics) and adds its non-zero
 bins to ``counts`` in global memory (int atomics: the totals are exact and independent of the order, the

@@ -1,4 +1,4 @@
-"""mask_indices_by_tp (v1): keep the experts of this TP rank's EP shards, renumbered locally (OPERATORS.md §3.1).
+"""mask_indices_by_tp (v1): keep the experts of this TP rank's EP shards, renumbered locally (docs/SPEC.md §3.1).
 
 Element-wise over [T, K] in the index dtype (compile-time; every integer dtype the reference takes):
 with per_gpu = n / num_ep_ranks and per_dp = num_tp_ranks * per_gpu, an id v >= 0 with

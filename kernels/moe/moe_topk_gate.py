@@ -1,4 +1,4 @@
-"""moe_topk_gate_forward: the tile_kernels 2.1 sqrt-softplus fused router (OPERATORS.md §2.3, §3.1, §3.7).
+"""moe_topk_gate_forward: the tile_kernels 2.1 sqrt-softplus fused router (docs/SPEC.md §2.3, §3.1, §3.7).
 
 One warp per token; lane L holds experts [L*EPL, L*EPL + EPL) (EPL = ceil(E / 32)) in registers:
 s = sqrt(x > 20 ? x : log1p(exp(x))) (expf, log1pf, sqrtf: torch's CUDA formula) and the ranking

@@ -1,4 +1,4 @@
-"""moe_topk_gate_backward: the gradient of the 2.1 sqrt-softplus router w.r.t. the logits (OPERATORS.md §3.1).
+"""moe_topk_gate_backward: the gradient of the 2.1 sqrt-softplus router w.r.t. the logits (docs/SPEC.md §3.1).
 
 One warp per token, lane L owning experts [L*EPL, L*EPL + EPL) as in the forward (routing.py):
 

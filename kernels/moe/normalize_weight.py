@@ -1,4 +1,4 @@
-"""normalize_weight: each row of [T, K] fp32 divided by its sum (OPERATORS.md §2.3, §3.1).
+"""normalize_weight: each row of [T, K] fp32 divided by its sum (docs/SPEC.md §2.3, §3.1).
 
 The sum is the router's: a warp butterfly with xor offsets 16, 8, 4, 2, 1 where
 lane k holds w[k] (0 beyond K), plus 1e-20. Here a row occupies only G lanes

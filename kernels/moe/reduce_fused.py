@@ -1,4 +1,4 @@
-"""reduce_fused (v1): weighted combine of expert-major rows back to token order (OPERATORS.md §3.1).
+"""reduce_fused (v1): weighted combine of expert-major rows back to token order (docs/SPEC.md §3.1).
 
 One CTA per token; thread tx holds the 16-byte chunks ``c = j * 128 + tx`` of a row segment
 (CPT chunks, 64 fp32 accumulators per thread). Numerics (mirrored by

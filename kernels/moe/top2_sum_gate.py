@@ -1,4 +1,4 @@
-"""top2_sum_gate: the DeepSeek-V3 group-limited router (v1 API; OPERATORS.md §2.3, §3.1).
+"""top2_sum_gate: the DeepSeek-V3 group-limited router (v1 API; docs/SPEC.md §2.3, §3.1).
 
 One warp per token; lane L holds experts [L*EPL, L*EPL + EPL) in registers, both the
 un-biased score s (sigmoid or sqrt-softplus of the logit, with the CUDA formulas that

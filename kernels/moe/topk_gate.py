@@ -1,4 +1,4 @@
-"""topk_gate: the K highest scores per row, ties to the smaller expert (OPERATORS.md §3.1, §2.3).
+"""topk_gate: the K highest scores per row, ties to the smaller expert (docs/SPEC.md §3.1, §2.3).
 
 One warp per token. Lane L holds the contiguous experts [L*EPL, L*EPL + EPL) and
 sorts them once, descending (odd-even transposition: adjacent swaps on strict >,

@@ -1,4 +1,4 @@
-"""topk_sum_and_topk_group_idx: the best groups of a grouped score row (v1; OPERATORS.md §2.3, §3.1).
+"""topk_sum_and_topk_group_idx: the best groups of a grouped score row (v1; docs/SPEC.md §2.3, §3.1).
 
 scores [T, G, E/G] fp32 contiguous, G <= 32. One warp per token:
 

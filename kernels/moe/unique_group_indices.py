@@ -1,5 +1,5 @@
 """inplace_unique_group_indices (v1): within each row of an int64 [T, K] tensor, every later repeat of an id
-(>= 0) becomes -1, in place (OPERATORS.md §3.1).
+(>= 0) becomes -1, in place (docs/SPEC.md §3.1).
 
 A warp holds 32 // K whole rows, lane = row_in_warp * K + k (K <= 32, runtime). Two __match_any_sync (on
 the id and on the row) give the lanes that hold the same id in the same row; a lane with such a lane

@@ -1,5 +1,5 @@
 """cast: element-wise dtype conversion of a flat buffer, optionally with deterministic
-stochastic rounding (OPERATORS.md §3.2 ``quant.cast``, §2.2).
+stochastic rounding (docs/SPEC.md §3.2 ``quant.cast``, §2.2).
 
 Compile-time: the (in_dtype, out_dtype) pair and stochastic_rounding. Runtime:
 the element count n of this launch and the quad index of its first quad

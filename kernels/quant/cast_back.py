@@ -1,4 +1,4 @@
-"""cast_back: dequantization of e4m3 / packed e2m1 data with block scales (OPERATORS.md §3.2).
+"""cast_back: dequantization of e4m3 / packed e2m1 data with block scales (docs/SPEC.md §3.2).
 
 out = decode(q) * sf[block] in fp32, rounded once to the output dtype (bf16 RNE or fp32),
 exactly like kernelkiln.torch.cast_back.

@@ -1,6 +1,6 @@
 """E5M6 (v1): per_token_cast_to_e5m6 (direction "encode") and cast_back_e5m6 ("decode").
 
-Numerics are OPERATORS.md §2.2, mirrored by kernelkiln.torch.quant_extra: one scale per token
+Numerics are docs/SPEC.md §2.2, mirrored by kernelkiln.torch.quant_extra: one scale per token
 over the whole row (fmt_max 65024), code = (fp16_rtz(v) >> 4) plus the RNE carry
 (lsb + (fp32_bits & 0x1FFFF) > 0x10000), eight 12-bit codes packed into three uint32 words.
 
@@ -48,7 +48,7 @@ def _code(T, v):
 
 
 def _pack(T, h):
-    """Three uint32 words of eight 12-bit codes (OPERATORS.md §2.2)."""
+    """Three uint32 words of eight 12-bit codes (docs/SPEC.md §2.2)."""
     def sl(a, n):
         return T.shift_left(a, T.uint32(n))
 

@@ -1,4 +1,4 @@
-"""norm_backward: RMSNorm backward with a deterministic weight gradient (OPERATORS.md §3.2).
+"""norm_backward: RMSNorm backward with a deterministic weight gradient (docs/SPEC.md §3.2).
 
 Two launches instead of the peer's cooperative grid sync (which also rules out PDL):
 

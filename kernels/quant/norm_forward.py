@@ -1,6 +1,6 @@
 """norm_forward / norm_forward_and_per_token_cast: RMSNorm (+ residual add) (+ 1x32 e4m3 cast).
 
-OPERATORS.md §3.2 and §4 item 10. One CTA per row (grid = (tokens, batch)); thread
+docs/SPEC.md §3.2 and §4 item 10. One CTA per row (grid = (tokens, batch)); thread
 ``tx`` holds the 16-byte chunks ``k = c * THREADS + tx`` (c = 0..MAXC-1) of its row,
 so a warp's loads are coalesced and the chunks of one 32-channel scale block sit on
 32/VEC consecutive lanes.

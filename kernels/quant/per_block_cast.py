@@ -1,7 +1,7 @@
-"""per_block_cast: 2-D block quantization bf16/fp32 -> e4m3 / e2m1 (OPERATORS.md §3.2).
+"""per_block_cast: 2-D block quantization bf16/fp32 -> e4m3 / e2m1 (docs/SPEC.md §3.2).
 
 One scale per (gm, g) block (gm tokens x g channels), e.g. 128x128 weight blocks.
-Scale rules are those of per_token_cast (OPERATORS.md §2.1, kernels/common/numerics.py).
+Scale rules are those of per_token_cast (docs/SPEC.md §2.1, kernels/common/numerics.py).
 
 Compile-time (one cubin each): input dtype and output format only.
 Runtime (kernel arguments): token count, hidden size, every stride, the block

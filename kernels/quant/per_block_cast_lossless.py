@@ -1,6 +1,6 @@
 """per_block_cast_lossless: exact MXFP4 (e2m1 + power-of-two scales) -> e4m3 with coarser blocks.
 
-Numerics (OPERATORS.md §3.2, mirrored by kernelkiln.torch.quant_lossless): every scale is a
+Numerics (docs/SPEC.md §3.2, mirrored by kernelkiln.torch.quant_lossless): every scale is a
 biased exponent byte e (fp32 bits >> 23, or the UE8M0 byte). An output block's exponent is
 E = max(0, max(e over its input blocks) - 6) and every value is multiplied by 2^(e - E).
 With e - E in [-5, 6] the product of an e2m1 value (0, 0.5 .. 6) is an e4m3 normal (or zero)

@@ -1,4 +1,4 @@
-"""per_channel_cast: column-wise (gm x 1 block) quantization bf16/fp32/e4m3 -> e4m3 (OPERATORS.md §3.2).
+"""per_channel_cast: column-wise (gm x 1 block) quantization bf16/fp32/e4m3 -> e4m3 (docs/SPEC.md §3.2).
 
 One scale per column and gm-token block: sf[tb, c] from the amax of x[tb*gm:(tb+1)*gm, c],
 with the §2.1 rules (fp32 amax/448 or round_sf power of two; UE8M0 bytes packed four
@@ -13,7 +13,7 @@ channel block g (e4m3 input only: 32 or 128; 0 for bf16/fp32) and the row mode:
     all-zero row (its data is 0 and it cannot raise its block's amax), rows >= num_rows absent.
 Pre-quantized e4m3 input (with fp32 scales x_sf[t, c // g] at runtime strides, so row-major,
 column-major and token-sliced column-major all work): the amax is taken over data * x_sf and
-the data is scaled by the one product x_sf * sf_inv (OPERATORS.md §2.1), as kernelkiln.torch.cast
+the data is scaled by the one product x_sf * sf_inv (docs/SPEC.md §2.1), as kernelkiln.torch.cast
 does. The amax is per column over rows that each have their own x_sf: |d * s| element by element
 (a first version took each row's max over the thread's 16 columns, wrong for every column but
 that row's largest; the H200 tests caught it).
@@ -214,7 +214,7 @@ def build(p, arch):
                         load_row(x, x_sf, pos_to_token, xr, xs, r, row, col, col_ok, hidden, num_rows,
                                  x_sf_stride_t, x_sf_stride_k)
                     if col_ok and row_in(row, num_rows):
-                        if quantized_in:  # one multiplier per element: x_sf * sf_inv (OPERATORS.md §2.1)
+                        if quantized_in:  # one multiplier per element: x_sf * sf_inv (docs/SPEC.md §2.1)
                             for i in T.unroll(vec):
                                 mult[i] = xs[r] * inv[i]
                             for i in T.vectorized(vec):

@@ -1,4 +1,4 @@
-"""v1 per_channel_cast_and_transpose and swiglu_forward_and_per_channel_cast_and_transpose (OPERATORS.md §3.2).
+"""v1 per_channel_cast_and_transpose and swiglu_forward_and_per_channel_cast_and_transpose (docs/SPEC.md §3.2).
 
 One scale per column and gm-token block (sf [T/gm, C] fp32, §2.1 rules), data e4m3 either
 transposed (q [C, T]) or row-major (q [T, C]). The quantized value is either the bf16 input

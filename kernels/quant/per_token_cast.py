@@ -1,9 +1,9 @@
-"""per_token_cast: row-wise block quantization bf16/fp32 -> e4m3 / e2m1 (OPERATORS.md §3.2).
+"""per_token_cast: row-wise block quantization bf16/fp32 -> e4m3 / e2m1 (docs/SPEC.md §3.2).
 
 Also re-quantizes pre-quantized input: e4m3 data or packed e2m1 (in_dtype
 "float8_e4m3fn" / "e2m1") with fp32, packed UE8M0 or e4m3 scales over (gm, gk)
 blocks (runtime sizes, gk a multiple of 8). The amax is taken over data * x_sf and
-the data is scaled by the one product x_sf * sf_inv, as OPERATORS.md §2.1 says.
+the data is scaled by the one product x_sf * sf_inv, as docs/SPEC.md §2.1 says.
 
 The "roundtrip" variants serve per_token_cast_and_cast_back (fake quantization) in one
 pass: each value is quantized as above, decoded and multiplied by its scale in fp32
@@ -11,7 +11,7 @@ pass: each value is quantized as above, decoded and multiplied by its scale in f
 
 Compile-time (one cubin each): input dtype and input scale kind, output format,
 channels per scale block, scale storage kind, and whether scales are supplied by
-the caller, and stochastic rounding (OPERATORS.md §2.2: the quad hash of
+the caller, and stochastic rounding (docs/SPEC.md §2.2: the quad hash of
 kernels/common/stochastic.py, quad index = position of the 4 values within the row).
 Runtime (kernel arguments): token count, hidden size, every stride, round_sf
 for fp32 scales, whether to store the data (the sf-only variant) and the amax
@@ -68,7 +68,7 @@ def invalid_reason(p):
     if p["rows"] not in ROW_CHOICES:
         return f"rows must be one of {ROW_CHOICES}"
     if p["stochastic"] and (p["fmt"] != "e4m3" or p["in_sf_kind"] != "none"):
-        return "stochastic_cast rounds plain bf16/fp32 input to e4m3 only (OPERATORS.md §2.2)"
+        return "stochastic_cast rounds plain bf16/fp32 input to e4m3 only"
     if p["roundtrip"] and (p["in_sf_kind"] != "none" or p["precomputed"] or p["stochastic"] or p["sf_kind"] == "ue8m0"):
         return "roundtrip (per_token_cast_and_cast_back) takes plain input, computed fp32 or e4m3 scales, no stochastic"
     return None
@@ -408,7 +408,7 @@ def build(p, arch):
                     sf_inv[j] = inv[0]
                     if roundtrip:
                         sf_back[j] = deq[0]
-            if quantized_in:  # one multiplier per element: x_sf * sf_inv (OPERATORS.md §2.1)
+            if quantized_in:  # one multiplier per element: x_sf * sf_inv (docs/SPEC.md §2.1)
                 for r in T.unroll(rows):
                     sf_inv[r] = xs[r] * sf_inv[r]
 

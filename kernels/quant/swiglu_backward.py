@@ -1,4 +1,4 @@
-"""swiglu_backward[_and_per_token_cast]: SwiGLU backward over the expert-major layout (OPERATORS.md §3.2, §4.11).
+"""swiglu_backward[_and_per_token_cast]: SwiGLU backward over the expert-major layout (docs/SPEC.md §3.2, §4.11).
 
 Per element, with a = gate (left half of x [N, 2I]), u = up (right half), dy =
 act_x_grad and w_eff = w * rsf (1 without weights), each fp32 step one IEEE-rounded

@@ -1,4 +1,4 @@
-"""swiglu_forward[_and_per_token_cast]: fused SwiGLU over the expert-major layout (OPERATORS.md §3.2, §4.11).
+"""swiglu_forward[_and_per_token_cast]: fused SwiGLU over the expert-major layout (docs/SPEC.md §3.2, §4.11).
 
 y = silu(min(g, c)) * clamp(u, -c, c) * (w * rsf) in fp32, gate g = left half of
 each row of x [N, 2I], up u = right half; then either stored as bf16/fp32 or

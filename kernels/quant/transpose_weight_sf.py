@@ -1,7 +1,7 @@
 """batched_transpose_weight_sf: fp32 power-of-two weight block scales -> two packed UE8M0 layouts.
 
 For every weight w (fp32 scales [G, nb, kb], block bs, n = nb*bs, k = kb*bs), two int32 outputs
-(OPERATORS.md §3.2, mirrored by kernelkiln.torch.quant_lossless.batched_transpose_weight_sf):
+(docs/SPEC.md §3.2, mirrored by kernelkiln.torch.quant_lossless.batched_transpose_weight_sf):
   sf0 word (g, r, q) at g*n*K4 + q*n + r = UE8M0 bytes of blocks (r // bs, 4q .. 4q+3)
   sf1 word (g, c, q) at g*k*N4 + q*k + c = UE8M0 bytes of blocks (4q .. 4q+3, c // bs)
 (K4 = ceil(kb/4), N4 = ceil(nb/4); bytes past kb / nb are 0). Both are "MN-major": the words

@@ -1,4 +1,4 @@
-"""batched_transpose: [B, M, N] -> contiguous [B, N, M] (OPERATORS.md §3.3).
+"""batched_transpose: [B, M, N] -> contiguous [B, N, M] (docs/SPEC.md §3.3).
 
 One CTA moves one 64 x 64 tile of one batch through shared memory. Elements are
 moved as raw bits (uint8 / uint16 / uint32), so one cubin per element width

@@ -1,4 +1,4 @@
-"""Process-global runtime configuration (OPERATORS.md §1), tile_kernels-compatible names.
+"""Process-global runtime configuration (docs/SPEC.md §1), tile_kernels-compatible names.
 
 In KernelKiln none of these knobs selects a different cubin except through the
 manifest: PDL is a launch attribute (every kernel is built with the PDL

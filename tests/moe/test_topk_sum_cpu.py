@@ -11,7 +11,7 @@ from kernelkiln.torch import topk_sum_and_topk_group_idx as ref
 
 
 def _spec(scores, num_topk_sum, k):
-    """OPERATORS.md §3.1 literally: group score = top-1 or top-2 sum; best first, ties to the lower group."""
+    """docs/SPEC.md §3.1 literally: group score = top-1 or top-2 sum; best first, ties to the lower group."""
     out = []
     for row in scores.tolist():
         gs = []

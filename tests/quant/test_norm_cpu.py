@@ -94,7 +94,7 @@ def test_norm_forward_is_registered_for_torch_compile():
 
 
 def test_mega_moe_rows_are_the_spec_layout():
-    """OPERATORS.md: chunks of bm tokens padded to 128 rows, each 128-row tile stored 4 x 32 transposed."""
+    """docs/SPEC.md: chunks of bm tokens padded to 128 rows, each 128-row tile stored 4 x 32 transposed."""
     from kernelkiln.torch import mega_moe_sf_rows
     for t, bm in ((300, 200), (512, 128), (5, 64), (1000, 384)):
         rows, needed = mega_moe_sf_rows(t, bm)

@@ -1,5 +1,5 @@
 """CPU checks of v1 per_channel_cast_fused / FP8-input per_channel_cast: the reference against a literal
-transcription of OPERATORS.md §2.1, and argument errors (raised before any device work)."""
+transcription of docs/SPEC.md §2.1, and argument errors (raised before any device work)."""
 import pytest
 import torch
 

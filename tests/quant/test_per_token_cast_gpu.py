@@ -195,7 +195,7 @@ def test_stochastic_cast_matches_reference(seed, dtype, g, opt, shape):
 
 def test_stochastic_cast_is_unbiased(seed):
     # Values strictly between two e4m3 neighbours: P(rounded below the value) must be ~1/2 on
-    # average (check_bias of OPERATORS.md §7: |P - 0.5| < 10 / sqrt(n)).
+    # average (check_bias of docs/SPEC.md §7: |P - 0.5| < 10 / sqrt(n)).
     x = (torch.rand(4096, 2048, device="cuda") * 2 - 1) * 300
     q, sf = kernelkiln.quant.per_token_cast(x, "e4m3", 128, round_sf=True, stochastic_cast=True)
     decoded = q.float() * sf.repeat_interleave(128, dim=1)

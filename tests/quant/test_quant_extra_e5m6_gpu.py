@@ -1,4 +1,4 @@
-"""GPU tests of the E5M6 kernels: bytes bit-identical to kernelkiln.torch.quant_extra (OPERATORS.md §2.2)."""
+"""GPU tests of the E5M6 kernels: bytes bit-identical to kernelkiln.torch.quant_extra (docs/SPEC.md §2.2)."""
 import pytest
 import torch
 

@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (SPEC_SIGNATURES is a one-line-per-op transcription of the spec tables)
 """API surface: every implemented operator has tile_kernels' name, parameter names, order and defaults.
 
-SPEC_SIGNATURES transcribes the signatures of OPERATORS.md §3.1-§3.3 (2.1 names; v1-only ops under their v1
+SPEC_SIGNATURES transcribes the signatures of docs/SPEC.md §3.1-§3.3 (2.1 names; v1-only ops under their v1
 names). An op listed there but not exported yet must be in NOT_YET, so a new export or a drifted signature
 fails here."""
 import ast

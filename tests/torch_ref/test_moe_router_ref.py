@@ -1,7 +1,7 @@
 """CPU tests of the router references: top2_sum_gate, topk_sum_and_topk_group_idx, normalize_weight.
 
 The references are checked against slow per-token loops written from the spec
-(OPERATORS.md §2.3, §3.1), on random inputs and on constructed ties.
+(docs/SPEC.md §2.3, §3.1), on random inputs and on constructed ties.
 """
 import pytest
 import torch

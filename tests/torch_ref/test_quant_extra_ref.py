@@ -1,4 +1,4 @@
-"""CPU tests of the E5M6 references (kernelkiln.torch.quant_extra, OPERATORS.md §2.2)."""
+"""CPU tests of the E5M6 references (kernelkiln.torch.quant_extra, docs/SPEC.md §2.2)."""
 import pytest
 import torch
 

@@ -257,7 +257,7 @@ def test_ue8m0_packing_byte_order_and_zero_padding():
 
 
 def test_ue8m0_col_pack_for_per_channel_blocks():
-    # (gm, 1) blocks pack four token blocks per int32 along M (OPERATORS.md §2.1).
+    # (gm, 1) blocks pack four token blocks per int32 along M (docs/SPEC.md §2.1).
     x = torch.cat([torch.full((4, 3), 448.0 * 2.0**e) for e in [1, 2, 3, 4, 5]], dim=0)
     _, sf = cast(x, 'e4m3', (4, 1), round_sf=True, use_packed_ue8m0=True)
     assert sf.shape == (2, 3)

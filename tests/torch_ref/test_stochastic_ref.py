@@ -1,7 +1,7 @@
 """CPU tests of the stochastic-rounding reference (kernelkiln.torch.stochastic) and quant.cast's oracle.
 
 The hash and the rounding rule are re-derived here independently, in plain Python
-integers and exact fractions, from the definitions in OPERATORS.md §2.2 and
+integers and exact fractions, from the definitions in docs/SPEC.md §2.2 and
 kernels/common/stochastic.py; the torch bit tricks must agree with them.
 """
 import math

@@ -1,4 +1,4 @@
-"""v1 auxiliary MoE ops: mask_indices_by_tp, group_count, aux_fi, inplace_unique_group_indices (OPERATORS.md §3.1).
+"""v1 auxiliary MoE ops: mask_indices_by_tp, group_count, aux_fi, inplace_unique_group_indices (docs/SPEC.md §3.1).
 
 One kernel launch each (kernels/moe/mask_indices_by_tp.py, id_histogram.py, unique_group_indices.py), no host
 synchronization, so all four can be captured in a CUDA graph. The histograms use integer atomics only: the

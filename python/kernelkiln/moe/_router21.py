@@ -1,4 +1,4 @@
-"""tile_kernels 2.1 fused router: moe_topk_gate_forward (kernel) and moe_topk_gate_backward (OPERATORS.md §3.1).
+"""tile_kernels 2.1 fused router: moe_topk_gate_forward (kernel) and moe_topk_gate_backward (docs/SPEC.md §3.1).
 
 Differences from the peer, by design: non-finite logits of a routed row do not device-assert (that kills
 the CUDA context); the row becomes -1 / 0 and NonFiniteScoresError is raised by the next routing call or

@@ -1,4 +1,4 @@
-"""v1 top2_sum_gate: the DeepSeek-V3 group-limited router (OPERATORS.md §2.3, §3.1).
+"""v1 top2_sum_gate: the DeepSeek-V3 group-limited router (docs/SPEC.md §2.3, §3.1).
 
 Non-finite logits/bias of an active token are reported like topk_gate's: the row
 becomes -1 / 0 and NonFiniteScoresError is raised by the next routing call or

@@ -58,7 +58,7 @@ def _check_input(x, x_block_size, check_ptr=True):
     if check_ptr:  # fake tensors (register_fake) have no address
         checks.aligned("x[0] (data)", data, unit)
     mb, kb = _ceil_div(t, gm), _ceil_div(h, g)
-    along_m = sf.dtype == torch.int32 and g == 1 and gm > 1  # per-channel "col pack" (OPERATORS.md §2.1)
+    along_m = sf.dtype == torch.int32 and g == 1 and gm > 1  # per-channel "col pack" (docs/SPEC.md §2.1)
     if sf.dtype == torch.int32:
         expected = (_ceil_div(mb, 4), kb) if along_m else (mb, _ceil_div(kb, 4))
     else:

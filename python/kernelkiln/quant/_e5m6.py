@@ -1,4 +1,4 @@
-"""E5M6 (v1-only): per_token_cast_to_e5m6 and cast_back_e5m6 (OPERATORS.md §2.2, §3.2).
+"""E5M6 (v1-only): per_token_cast_to_e5m6 and cast_back_e5m6 (docs/SPEC.md §2.2, §3.2).
 
 Reached publicly as ``per_token_cast(x, 'e5m6', H)`` and ``cast_back(x, fmt, (1, H),
 x_special_fmt='e5m6')`` (the dispatchers forward here), and as module-level functions.

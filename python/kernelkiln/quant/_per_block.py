@@ -1,7 +1,7 @@
 """per_block_cast and its sf-only / precomputed-sf variants (tile_kernels 2.1 signatures).
 
 2-D block quantization: one scale per (gm, g) block of x [T, H], gm, g in {32, 128}.
-Output layouts follow OPERATORS.md §2.1 (as per_token_cast): e4m3 data [T, H] or
+Output layouts follow docs/SPEC.md §2.1 (as per_token_cast): e4m3 data [T, H] or
 packed e2m1 int8 [T, H/2]; fp32 scales [ceil(T/gm), ceil(H/g)] or UE8M0 packed
 four per int32 along K, optionally TMA-aligned column-major.
 """

@@ -1,4 +1,4 @@
-"""tile_kernels v1 per-channel ops with a transpose (OPERATORS.md §3.2, v1-only rows).
+"""tile_kernels v1 per-channel ops with a transpose (docs/SPEC.md §3.2, v1-only rows).
 
 per_channel_cast_and_transpose(x, fmt, num_per_tokens, round_sf=False)
     x [T, H] bf16, T % 128 == 0, H % 64 == 0, gm in {32, 128}

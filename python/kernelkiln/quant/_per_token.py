@@ -1,6 +1,6 @@
 """per_token_cast and its sf-only / precomputed-sf variants (tile_kernels 2.1 signatures).
 
-Output layouts follow OPERATORS.md §2.1: e4m3 data [T, H] or packed e2m1 int8
+Output layouts follow docs/SPEC.md §2.1: e4m3 data [T, H] or packed e2m1 int8
 [T, H/2]; scales fp32 / e4m3 [T, ceil(H/g)] or UE8M0 packed four per int32,
 optionally TMA-aligned column-major (logical shape, strides (1, A)).
 """
@@ -327,7 +327,7 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
             return result
     checks.flag("stochastic_cast", stochastic_cast)
     if stochastic_cast and (fmt != "e4m3" or isinstance(x, (tuple, list))):
-        raise ValueError(f"stochastic_cast=True rounds plain bf16/fp32 input to fmt='e4m3' only (OPERATORS.md §2.2); "
+        raise ValueError(f"stochastic_cast=True rounds plain bf16/fp32 input to fmt='e4m3' only; "
                          f"got fmt={fmt!r}{' and pre-quantized input' if isinstance(x, (tuple, list)) else ''}")
     return _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf,
                                    use_packed_ue8m0, use_e4m3_sf, out, x_block_size, stochastic_cast)

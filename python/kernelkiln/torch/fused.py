@@ -1,4 +1,4 @@
-"""References of the v1 expert-major dispatch/combine ops (OPERATORS.md §3.1, §3.9).
+"""References of the v1 expert-major dispatch/combine ops (docs/SPEC.md §3.1, §3.9).
 
 ``get_fused_mapping`` reproduces the peer's slot order exactly (it depends on the SM count,
 see ``kernels/moe/fused_mapping.py``); ``reduce_fused`` accumulates with exactly rounded fp32

@@ -1,4 +1,4 @@
-"""Bit-exact PyTorch references for MoE routing helpers (OPERATORS.md §2.3, §3.1)."""
+"""Bit-exact PyTorch references for MoE routing helpers (docs/SPEC.md §2.3, §3.1)."""
 
 import torch
 
@@ -81,7 +81,7 @@ def normalize_weight(topk_weights):
 # v1 group-limited router (DeepSeek-V3): top2_sum_gate and its group-selection helper.
 
 _SCORING_FUNCS = ('sigmoid', 'sqrtsoftplus')
-_PHYSICAL_HASH = 23333  # dup = (ep_rank + token * 23333) % logical_count[e]  (OPERATORS.md §2.3)
+_PHYSICAL_HASH = 23333  # dup = (ep_rank + token * 23333) % logical_count[e]  (docs/SPEC.md §2.3)
 
 
 def topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups):

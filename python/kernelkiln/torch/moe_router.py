@@ -1,4 +1,4 @@
-"""References of the tile_kernels 2.1 fused router and the v1 auxiliary MoE ops (OPERATORS.md §2.3, §3.1, §3.7).
+"""References of the tile_kernels 2.1 fused router and the v1 auxiliary MoE ops (docs/SPEC.md §2.3, §3.1, §3.7).
 
 * ``philox4x32_10`` / ``curand_uniform``: curand's Philox4_32_10 generator (checked against the Random123
   known-answer vectors) with ``curand_init(seed, subsequence, offset=0)``'s layout: key = (seed lo, seed hi),
@@ -82,7 +82,7 @@ def sqrt_softplus(logits):
 
 
 def sqrt_softplus_grad(s):
-    """ds/dx recovered from s (OPERATORS.md §2.3): u = s²; u < 1: (s/2)(1 + u·Q(u)); else 0.5(1 - exp(-u))/s."""
+    """ds/dx recovered from s (docs/SPEC.md §2.3): u = s²; u < 1: (s/2)(1 + u·Q(u)); else 0.5(1 - exp(-u))/s."""
     u = s * s
     half = 0.5 * s
     q = torch.full_like(u, 0.000129130945)
@@ -162,7 +162,7 @@ def moe_topk_gate_forward(logits, num_topk, use_shared_as_routed, num_shared_exp
 
 def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, routed_scaling_factor,
                            scoring_func='sqrtsoftplus', mask=None, grad_scores_sum=None, out=None):
-    """Reference of 2.1 ``moe.moe_topk_gate_backward`` -> grad_logits [T, E] fp32 (OPERATORS.md §3.1).
+    """Reference of 2.1 ``moe.moe_topk_gate_backward`` -> grad_logits [T, E] fp32 (docs/SPEC.md §3.1).
 
     Route term: D = Σ_valid s_j + 1e-20, dL/ds_j += (rsf·g_j − ⟨g, w⟩)/D (duplicates accumulate, -1 skipped).
     Aux term (mask + grad_scores_sum [Q, E]): tokens in mask add (h − ⟨h, s⟩/Σs)/Σs, h = row t // (T/Q).

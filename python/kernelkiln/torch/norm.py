@@ -1,4 +1,4 @@
-"""Bit-exact PyTorch references for RMSNorm forward / backward (OPERATORS.md §3.2, §4 item 10).
+"""Bit-exact PyTorch references for RMSNorm forward / backward (docs/SPEC.md §3.2, §4 item 10).
 
 Every fp32 operation below is one IEEE-rounded torch op on fp32 tensors (no fused
 multiply-add), and every sum follows the kernels' fixed order, so results equal the
@@ -182,7 +182,7 @@ def norm_backward_ref(out_grad, x, weight, rstd, residual_out_grad=None, out_sca
 
 
 def mega_moe_sf_rows(num_tokens, block_m, device=None):
-    """Row of each token in a MegaMoE shared-activation scale buffer (OPERATORS.md §3.2,
+    """Row of each token in a MegaMoE shared-activation scale buffer (docs/SPEC.md §3.2,
     norm_forward_and_per_token_cast): tokens in ``block_m`` chunks, each padded to a multiple of 128
     rows, each 128-row tile stored 4 x 32 transposed:
     ``row = (t // bm) * align(bm, 128) + (i // 128) * 128 + (i % 32) * 4 + (i % 128) // 32``, i = t % bm.

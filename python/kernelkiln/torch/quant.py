@@ -1,7 +1,7 @@
 """Bit-exact PyTorch references for KernelKiln's block quantizers.
 
 These functions define the numerics that the GPU kernels must reproduce bit for
-bit (OPERATORS.md §2.1, §2.2). They use plain torch ops only, run on any device,
+bit (docs/SPEC.md §2.1, §2.2). They use plain torch ops only, run on any device,
 and do every computation in float32.
 
 Two rules keep the results identical on CPU and CUDA:
@@ -334,7 +334,7 @@ def _dequantize(x, x_block_size):
 
 def _input_fp32(x, x_block_size):
     """(fp32 values, input scale or None): a pre-quantized input keeps its scale separate,
-    because the kernels apply ``x_sf * sf_inv`` to the data as one product (OPERATORS §2.1)."""
+    because the kernels apply ``x_sf * sf_inv`` to the data as one product (docs/SPEC.md §2.1)."""
     if isinstance(x, (tuple, list)):
         if x_block_size is None:
             raise ValueError('x_block_size is required when x is a (data, sf) pair')
@@ -364,7 +364,7 @@ def cast(x, fmt, block_size, sf=None, x_block_size=None, round_sf=False,
         round_sf and use_e4m3_sf do not change the result in that case.
     clamp_min_value: amax floor; None means ``default_clamp_min(fmt, use_e4m3_sf)``.
     stochastic: e4m3 only: round the scaled values with the deterministic stochastic
-        rounding of OPERATORS.md §2.2 (``per_token_cast(..., stochastic_cast=True)``),
+        rounding of docs/SPEC.md §2.2 (``per_token_cast(..., stochastic_cast=True)``),
         the quad index counting 4-value groups from the start of each row.
 
     Returns ``(q, sf)`` where sf is fp32, e4m3 (use_e4m3_sf) or packed int32

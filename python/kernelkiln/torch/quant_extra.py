@@ -1,6 +1,6 @@
 """Bit-exact PyTorch references for the remaining quantizers: E5M6 (v1) encode/decode.
 
-OPERATORS.md §2.2 defines E5M6: a 12-bit float (1 sign, 5 exponent bits with bias 15,
+docs/SPEC.md §2.2 defines E5M6: a 12-bit float (1 sign, 5 exponent bits with bias 15,
 6 mantissa bits), i.e. fp16 without its 4 low mantissa bits. The encoder is spelled out
 bit by bit there and reproduced literally here (the kernels do the same operations):
 

@@ -1,4 +1,4 @@
-"""References for the exact scale-format conversions (OPERATORS.md §3.2, §2.1).
+"""References for the exact scale-format conversions (docs/SPEC.md §3.2, §2.1).
 
 * ``per_block_cast_lossless_ref``: MXFP4 (e2m1 data + power-of-two scales over x_block_size)
   -> e4m3 with one power-of-two scale per coarser out block. Scales are handled as biased

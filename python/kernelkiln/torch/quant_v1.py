@@ -2,7 +2,7 @@
 
 Not exported from ``kernelkiln.torch`` (v1 exported no reference under these names); import
 them from this module. Both are ``cast(y, 'e4m3', (gm, 1), round_sf=...)`` of the value being
-quantized (OPERATORS.md §2.1, §4 items 2 and 11): the bf16 input itself, or the fp32 SwiGLU
+quantized (docs/SPEC.md §2.1, §4 items 2 and 11): the bf16 input itself, or the fp32 SwiGLU
 output of ``kernelkiln.torch.swiglu_forward`` (same op order as the kernel; bit-identical on
 CUDA, while CPU ``exp`` may differ in the last bit).
 """

@@ -1,12 +1,12 @@
 """Bit-exact PyTorch reference of KernelKiln's element-wise cast and its stochastic rounding.
 
 The rounding rules, the hash and the bit layout are documented in
-``kernels/common/stochastic.py`` (OPERATORS.md §2.2); this module mirrors them
+``kernels/common/stochastic.py`` (docs/SPEC.md §2.2); this module mirrors them
 with int64 tensors holding uint32 values, so it runs on any device.
 
 ``cast_dtype`` is the oracle of ``kernelkiln.quant.cast``. It is not called
 ``cast`` because ``kernelkiln.torch.cast`` is already the block-quantizer oracle
-(tile_kernels' ``torch.cast(x, fmt, block_size, ...)``, OPERATORS.md §3.9).
+(tile_kernels' ``torch.cast(x, fmt, block_size, ...)``, docs/SPEC.md §3.9).
 """
 import torch
 
@@ -16,7 +16,7 @@ FINAL_MULTIPLIER = 0x7FEB352D
 R0_MULTIPLIER = 0x846CA68B
 R1_MULTIPLIER = 0xD35A2D97
 
-# (input dtype, output dtype) pairs; the stochastic ones are OPERATORS.md §2.2's list.
+# (input dtype, output dtype) pairs; the stochastic ones are docs/SPEC.md §2.2's list.
 STOCHASTIC_PAIRS = ((torch.float32, torch.bfloat16), (torch.float32, torch.float8_e4m3fn),
                     (torch.bfloat16, torch.float8_e4m3fn))
 RNE_PAIRS = STOCHASTIC_PAIRS + ((torch.bfloat16, torch.float32), (torch.float8_e4m3fn, torch.bfloat16),

@@ -1,4 +1,4 @@
-"""PyTorch references of the fused SwiGLU ops (tile_kernels 2.1 names; OPERATORS.md §3.2, §4 item 11).
+"""PyTorch references of the fused SwiGLU ops (tile_kernels 2.1 names; docs/SPEC.md §3.2, §4 item 11).
 
 The fp32 operation order is the definition the kernels mirror, one IEEE
 rounding per step (no fused multiply-add):

@@ -1,4 +1,4 @@
-"""transpose / batched_transpose (tile_kernels v1 ``transpose`` module signatures, OPERATORS.md §3.3).
+"""transpose / batched_transpose (tile_kernels v1 ``transpose`` module signatures, docs/SPEC.md §3.3).
 
 [M, N] or [B, M, N] with M, N multiples of 64, inner stride 1 and row (and batch)
 strides multiples of 4 elements -> contiguous [N, M] / [B, N, M]. The kernel moves
