@@ -37,14 +37,19 @@ def child():
     kernelkiln.moe.topk_gate(scores, 8)
 
     rows = _per_token.rows_for("bfloat16", "e4m3")
-    values = ("bfloat16", "none", "e4m3", 128, "fp32", False, rows, False, False)
-    kernel = store().kernel(_per_token.OP, _per_token.PARAM_NAMES, values, 0)
+    values = _per_token.CONTRACT.variant(in_dtype="bfloat16", in_sf_kind="none", fmt="e4m3", num_per_channels=128,
+                                         sf_kind="fp32", precomputed=False, rows=rows)
+    kernel = store().kernel(_per_token.OP, _per_token.CONTRACT.param_names, values, 0)
     go = kernel.launcher_for(0)
     dk = kernel.load(0)[1][0]
     q = torch.empty(t, h, dtype=fp8, device=dev)
     sf = torch.empty(t, h // 128, dtype=torch.float32, device=dev)
-    args = (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t, h // 64, h // 8, h // 8, h // 128, 1, 0, 1, 1e-4, 0, 0, 0,
-            1, 1, *_per_token._grid(t, h, 8, rows))
+    row_blocks, col_blocks = _per_token._grid(t, h, 8, rows)
+    args = kernel.bind_named(dict(
+        x=x.data_ptr(), out=q.data_ptr(), sf=sf.data_ptr(), num_tokens=t, hidden_div64=h // 64, x_stride_vec=h // 8,
+        out_stride_unit=h // 8, sf_stride_t=h // 128, sf_stride_k=1, round_sf=0, write_data=1, clamp_min=1e-4, x_sf=0,
+        in_sf_stride_t=0, in_sf_stride_k=0, in_block_m=1, in_block_k=1, num_row_blocks=row_blocks,
+        num_col_blocks=col_blocks))
     stream = _raw_stream(0)
     q_rows = RowOutputs(h, fp8, dev)
     parts = {
@@ -82,6 +87,7 @@ def child():
         blob = dk.packed.pack(*dk.grid(args), 0, stream, *dk.pick(args))
         shim, kptr = _shim_of(dk)
         parts["shim_call_prepacked"] = lambda: shim(kptr, blob)
+        assert kernel.arg_names == _per_token.CONTRACT.args, kernel.arg_names  # the lean parts' literal tuples
         parts["lean_ptc_alloc_pack_launch"] = _lean_per_token_cast(dk, x, shim, kptr)
         parts["lean_ptc_plan_template"] = _lean_plan_per_token_cast(kernel, x)
         parts["lean_ptc_one_alloc_views"] = _lean_per_token_cast(dk, x, shim, kptr, alloc="one")
@@ -109,6 +115,8 @@ def _lean_per_token_cast(dk, x, shim, kptr, alloc="two"):
     pack, pick, grid = dk.packed.pack, dk.pick, dk.grid
 
     q0, sf0 = torch.empty(128, 7168, dtype=fp8, device=dev), torch.empty(128, 56, dtype=f32, device=dev)
+    # the least Python on purpose: the arguments as one literal tuple per call, in the order of the kernel's launch
+    # arguments (the caller checked those names against the contract's)
 
     def run():
         t = x.shape[0]
@@ -137,8 +145,10 @@ def _lean_plan_per_token_cast(kernel, x):
     from kernelkiln._runtime import _raw_stream
     from kernelkiln._ops.outputs import RowOutputs
     from kernelkiln.quant import _per_token
-    fixed = (0, 0, 0, 0, 112, 896, 896, 56, 1, 0, 1, 0.0, 0, 0, 0, 1, 1, 0, 7)
-    go = kernel.bound_launcher(0, fixed, _per_token._PLAN_VALUES)
+    fixed = dict(hidden_div64=112, x_stride_vec=896, out_stride_unit=896, sf_stride_t=56, sf_stride_k=1, round_sf=0,
+                 write_data=1, x_sf=0, in_sf_stride_t=0, in_sf_stride_k=0, in_block_m=1, in_block_k=1,
+                 num_col_blocks=7)
+    go = kernel.bound_launcher_named(0, fixed, _per_token._PLAN_VALUES)
     q_out, sf_out = RowOutputs(7168, torch.float8_e4m3fn, x.device), RowOutputs(56, torch.float32, x.device)
     empty_like = torch.empty_like
 
@@ -158,13 +168,16 @@ def _lean_topk_gate(scores):
 
     from kernelkiln._runtime import _raw_stream, store
     from kernelkiln.moe import _topk
-    go = store().kernel(_topk.OP, _topk.PARAM_NAMES, (8, True), 0).launcher_for(0)
+    kernel = store().kernel(_topk.OP, _topk.CONTRACT.param_names,
+                            _topk.CONTRACT.variant(experts_per_lane=8, vector_loads=True), 0)
     flag_ptr, dev = _topk._flag(0)[0].data_ptr(), scores.device
+    go = kernel.bound_launcher_named(0, dict(err=flag_ptr, num_experts=256, experts_div4=64, num_topk=8),
+                                     ("scores", "topk_idx", "num_tokens"))
 
     def run():
         t = scores.shape[0]
         idx = torch.empty(t, 8, dtype=torch.int64, device=dev)
-        go(_raw_stream(0), (scores.data_ptr(), idx.data_ptr(), flag_ptr, t, 256, 64, 8), False)
+        go(_raw_stream(0), (scores.data_ptr(), idx.data_ptr(), t), False)
         return idx
 
     return run

@@ -21,8 +21,10 @@ def child():
     scores = torch.randn(128, 256, device="cuda")
     x = torch.randn(128, 7168, device="cuda", dtype=torch.bfloat16)
     idx = kernelkiln.moe.topk_gate(scores, 8)
-    kernel = store().kernel("topk_gate", _topk.PARAM_NAMES, (8, True), 0)
-    args = (scores.data_ptr(), idx.data_ptr(), _topk._flag(0)[0].data_ptr(), 128, 256, 64, 8)
+    kernel = store().kernel("topk_gate", _topk.CONTRACT.param_names,
+                            _topk.CONTRACT.variant(experts_per_lane=8, vector_loads=True), 0)
+    args = kernel.bind_named(dict(scores=scores.data_ptr(), topk_idx=idx.data_ptr(), err=_topk._flag(0)[0].data_ptr(),
+                                  num_tokens=128, num_experts=256, experts_div4=64, num_topk=8))
     stream = _raw_stream(0)
     rec = {"path": launcher.LAUNCH_PATH,
            "launch_only_us": host_time_us(lambda: kernel.launch(0, stream, args), calls=10000),
@@ -42,12 +44,18 @@ def _per_token_cast_breakdown(x):
     t, h = x.shape
     dev = x.device
     rows = _per_token.rows_for("bfloat16", "e4m3")
-    values = ("bfloat16", "none", "e4m3", 128, "fp32", False, rows, False, False)
-    go = store().kernel(_per_token.OP, _per_token.PARAM_NAMES, values, 0).launcher_for(0)
+    values = _per_token.CONTRACT.variant(in_dtype="bfloat16", in_sf_kind="none", fmt="e4m3", num_per_channels=128,
+                                         sf_kind="fp32", precomputed=False, rows=rows)
+    ptc_kernel = store().kernel(_per_token.OP, _per_token.CONTRACT.param_names, values, 0)
+    go = ptc_kernel.launcher_for(0)
     q = torch.empty((t, h), dtype=torch.float8_e4m3fn, device=dev)
     sf = torch.empty((t, h // 128), dtype=torch.float32, device=dev)
-    args = (x.data_ptr(), q.data_ptr(), sf.data_ptr(), t, h // 64, h // 8, h // 8, h // 128, 1, 0, 1, 1e-4, 0, 0, 0,
-            1, 1, *_per_token._grid(t, h, 8, rows))
+    row_blocks, col_blocks = _per_token._grid(t, h, 8, rows)
+    args = ptc_kernel.bind_named(dict(
+        x=x.data_ptr(), out=q.data_ptr(), sf=sf.data_ptr(), num_tokens=t, hidden_div64=h // 64, x_stride_vec=h // 8,
+        out_stride_unit=h // 8, sf_stride_t=h // 128, sf_stride_k=1, round_sf=0, write_data=1, clamp_min=1e-4, x_sf=0,
+        in_sf_stride_t=0, in_sf_stride_k=0, in_block_m=1, in_block_k=1, num_row_blocks=row_blocks,
+        num_col_blocks=col_blocks))
     n = 10000
 
     def key():

@@ -2,7 +2,7 @@
 
 A manifest is TOML. Each ``[[op_name]]`` table maps every compile-time
 parameter of that op to a list of values; the table expands to the cartesian
-product, minus combinations the kernel module rejects. Everything else (sizes,
+product, minus combinations the op's contract (kernelkiln_contract) rejects. Everything else (sizes,
 strides, most flags) is a runtime argument, so one variant serves many calls.
 
     [build]
@@ -17,19 +17,30 @@ import hashlib
 import importlib
 import itertools
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-# op name -> kernel module: every module kernels/<family>/<name>.py that defines OP and PARAM_NAMES
-# registers itself (found by a source scan, so adding a kernel touches no shared registry).
-def _discover_kernel_modules():
+# The op contracts (python/kernelkiln_contract: no torch, no TileLang). In a source tree they sit beside the runtime;
+# in an installed wheel (the JIT fallback's build) they are installed as their own top-level package.
+_CONTRACTS_DIR = Path(__file__).resolve().parent.parent / "python"
+if (_CONTRACTS_DIR / "kernelkiln_contract").is_dir() and str(_CONTRACTS_DIR) not in sys.path:
+    sys.path.insert(0, str(_CONTRACTS_DIR))
+import kernelkiln_contract  # noqa: E402
+
+CONTRACTS = kernelkiln_contract.CONTRACTS
+
+
+def _legacy_kernel_modules():
+    """Kernel modules of ops that have no contract yet, found by their OP / PARAM_NAMES lines (to be removed once
+    every op is declared in kernelkiln_contract)."""
     root = Path(__file__).resolve().parent.parent / "kernels"
     found = {}
     for path in sorted(root.glob("*/*.py")):
         text = path.read_text()
         m = re.search(r'^OP = "([a-z0-9_]+)"$', text, re.M)
-        if m and re.search(r"^PARAM_NAMES = ", text, re.M):
+        if m and m.group(1) not in CONTRACTS and re.search(r"^PARAM_NAMES = ", text, re.M):
             module = f"kernels.{path.parent.name}.{path.stem}"
             if m.group(1) in found:
                 raise RuntimeError(f"op {m.group(1)!r} is defined by both {found[m.group(1)]} and {module}")
@@ -37,7 +48,8 @@ def _discover_kernel_modules():
     return found
 
 
-KERNEL_MODULES = _discover_kernel_modules()
+# op name -> kernel module: every declared op's contract names its module
+KERNEL_MODULES = {**{op: c.kernel for op, c in CONTRACTS.items()}, **_legacy_kernel_modules()}
 SUPPORTED_ARCHES = ("sm_90a", "sm_100a")
 
 
@@ -48,7 +60,7 @@ class ManifestError(ValueError):
 @dataclass(frozen=True)
 class Variant:
     op: str
-    params: tuple  # ((name, value), ...) in the kernel module's PARAM_NAMES order
+    params: tuple  # ((name, value), ...) in the op's parameter order (its contract's)
 
     @property
     def key(self):
@@ -88,21 +100,38 @@ def load(path):
     return arches, _dedupe(variants)
 
 
-def expand(op, tables, source="<manifest>"):
+def _declaration(op):
+    """(parameter names, defaults, invalid_reason) of an op: from its contract, or (not yet declared) its module."""
+    contract = CONTRACTS.get(op)
+    if contract is not None:
+        return contract.param_names, contract.defaults, contract.invalid_reason
     mod = kernel_module(op)
-    defaults = getattr(mod, "PARAM_DEFAULTS", {})  # knobs added later, so older manifests keep working
+    return tuple(mod.PARAM_NAMES), getattr(mod, "PARAM_DEFAULTS", {}), mod.invalid_reason
+
+
+def param_names(op):
+    """The compile-time parameter names of ``op``, in variant-key order."""
+    if op not in KERNEL_MODULES:
+        raise ManifestError(f"unknown op {op!r}; known ops: {sorted(KERNEL_MODULES)}")
+    return _declaration(op)[0]
+
+
+def expand(op, tables, source="<manifest>"):
+    if op not in KERNEL_MODULES:
+        raise ManifestError(f"unknown op {op!r}; known ops: {sorted(KERNEL_MODULES)}")
+    names, defaults, invalid_reason = _declaration(op)  # defaults: knobs added later, so older manifests still work
     out = []
     for table in tables:
         table = {**defaults, **table}
-        missing = [n for n in mod.PARAM_NAMES if n not in table]
-        extra = [n for n in table if n not in mod.PARAM_NAMES]
+        missing = [n for n in names if n not in table]
+        extra = [n for n in table if n not in names]
         if missing or extra:
-            raise ManifestError(f"{source}: [[{op}]] must give exactly {list(mod.PARAM_NAMES)}; "
+            raise ManifestError(f"{source}: [[{op}]] must give exactly {list(names)}; "
                                 f"missing {missing}, unknown {extra}")
-        lists = [table[n] if isinstance(table[n], list) else [table[n]] for n in mod.PARAM_NAMES]
+        lists = [table[n] if isinstance(table[n], list) else [table[n]] for n in names]
         for combo in itertools.product(*lists):
-            params = dict(zip(mod.PARAM_NAMES, combo))
-            if mod.invalid_reason(params) is None:
+            params = dict(zip(names, combo))
+            if invalid_reason(params) is None:
                 out.append(Variant(op, tuple(params.items())))
     return out
 

@@ -21,26 +21,15 @@ Non-finite scores do not trap (a device assert would kill the CUDA context):
 the row's indices become -1 and the token is recorded in ``err`` (host-mapped
 memory) for the Python side to raise on.
 """
-from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits are this op's own too)
-    MAX_EXPERTS_PER_LANE,
+from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS is this op's own too)
     PASS_CONFIGS,
     WARPS_PER_CTA,
-    experts_per_lane_problem,
     lane_row_loader,
     order_key,
 )
 
-OP = "topk_gate"
-PARAM_NAMES = ("experts_per_lane", "vector_loads")
-
-
-def invalid_reason(p):
-    problem = experts_per_lane_problem(p)
-    if problem:
-        return problem
-    if p["vector_loads"] and p["experts_per_lane"] % 4:
-        return "vector_loads needs experts_per_lane % 4 == 0"
-    return None
+# Declared in kernelkiln_contract.moe (TOPK_GATE): experts per lane (ceil(E / 32)) and float4 row loads, their
+# constraints, and the launch-argument names below, which the build checks against this PrimFunc.
 
 
 def build(p, arch):

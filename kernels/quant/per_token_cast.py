@@ -28,14 +28,11 @@ scales uses shared memory and one block barrier: it writes its scales per CTA.
 """
 from kernels.common.passes import THREAD_LEVEL
 
-OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic",
-               "roundtrip")
-PARAM_DEFAULTS = {"stochastic": False, "roundtrip": False}
+# Declared in kernelkiln_contract.quant (PER_TOKEN_CAST): the compile-time parameters, their allowed values and
+# cross-constraints, and the launch-argument names below, which the build checks against this PrimFunc.
 PASS_CONFIGS = THREAD_LEVEL
 
 WARPS_PER_CTA = 4
-ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuning knob)
 # __launch_bounds__ minimum CTAs per SM, by output format, for plain (bf16/fp32) input. FP4 casts are
 # issue-bound and 62 registers left them at 8 CTAs (50 % occupancy): 10 CTAs cap them at 48 registers without
 # spills and measured 79 % of copy instead of 76 % (benchmarks/results/tuning/2026-12-01-per-token-cast-ab.json).
@@ -43,35 +40,6 @@ ROW_CHOICES = (2, 4, 8)  # rows per thread: loads in flight vs registers (a tuni
 MIN_BLOCKS_PER_SM = {"e2m1": 10}
 FMT_MAX = {"e4m3": 448.0, "e2m1": 6.0}
 SF_STORAGE = {"fp32": "float32", "e4m3": "float8_e4m3fn", "ue8m0": "uint8"}
-PLAIN_INPUTS = ("bfloat16", "float32")
-QUANTIZED_INPUTS = ("float8_e4m3fn", "e2m1")
-
-
-def invalid_reason(p):
-    """Why a parameter combination cannot be built, or None."""
-    if p["in_dtype"] not in PLAIN_INPUTS + QUANTIZED_INPUTS:
-        return f"in_dtype must be one of {PLAIN_INPUTS + QUANTIZED_INPUTS}"
-    if (p["in_sf_kind"] == "none") != (p["in_dtype"] in PLAIN_INPUTS):
-        return "in_sf_kind is 'none' exactly for plain (bf16/fp32) input"
-    if p["in_sf_kind"] not in ("none",) + tuple(SF_STORAGE):
-        return "in_sf_kind must be none, fp32, e4m3 or ue8m0"
-    if p["precomputed"] and p["in_sf_kind"] != "none":
-        return "precomputed scales take plain input"
-    if p["fmt"] not in FMT_MAX:
-        return "fmt must be e4m3 or e2m1"
-    if p["num_per_channels"] not in (16, 32, 64, 128):
-        return "num_per_channels must be 16, 32, 64 or 128"
-    if p["sf_kind"] not in SF_STORAGE:
-        return "sf_kind must be fp32, e4m3 or ue8m0"
-    if p["precomputed"] and p["sf_kind"] == "ue8m0":
-        return "precomputed scales are fp32 or e4m3"
-    if p["rows"] not in ROW_CHOICES:
-        return f"rows must be one of {ROW_CHOICES}"
-    if p["stochastic"] and (p["fmt"] != "e4m3" or p["in_sf_kind"] != "none"):
-        return "stochastic_cast rounds plain bf16/fp32 input to e4m3 only"
-    if p["roundtrip"] and (p["in_sf_kind"] != "none" or p["precomputed"] or p["stochastic"] or p["sf_kind"] == "ue8m0"):
-        return "roundtrip (per_token_cast_and_cast_back) takes plain input, computed fp32 or e4m3 scales, no stochastic"
-    return None
 
 
 def elems_per_load(in_dtype):

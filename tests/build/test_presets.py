@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # build_tools
 
 from build_tools import manifest  # noqa: E402
+from kernelkiln_contract import moe as moe_contract  # noqa: E402  (on sys.path through build_tools.manifest)
 
 PRESET_DIR = ROOT / "manifests" / "presets"
 PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
@@ -56,8 +57,9 @@ def test_topk_gate_shapes_pass_checks_and_select_preset_variants(name):
     for v in variants:
         if v.op == "topk_gate":
             built[v.as_dict()["experts_per_lane"]].add(v.as_dict()["vector_loads"])
-    epl = -(-e // 32)
-    wanted = {False} | ({True} if epl % 4 == 0 and e % 4 == 0 else set())
+    # the runtime's own selection rules (kernelkiln_contract.moe), not a copy of them
+    epl = moe_contract.experts_per_lane(e)
+    wanted = {moe_contract.topk_vector_loads(e, aligned) for aligned in (False, True)}
     assert built.get(epl) == wanted, f"{name}: E={e} selects experts_per_lane={epl}, vector_loads {wanted}"
 
 
@@ -95,3 +97,18 @@ def test_unknown_preset_lists_the_presets():
     r = subprocess.run([sys.executable, "-m", "build_tools", "plan", "--preset", "nope", "--cmake-out", "/dev/null"],
                        cwd=ROOT, capture_output=True, text=True)
     assert r.returncode != 0 and "unknown preset 'nope'" in r.stderr and "deepseek-v3" in r.stderr
+
+
+def test_default_manifest_builds_the_rows_the_runtime_picks():
+    """For every plain-input per_token_cast variant of the default manifest, the variant with the rows per thread
+    that the runtime selects (the contract's rule, which the runtime calls) is built too."""
+    from kernelkiln_contract.quant import PER_TOKEN_CAST, per_token_rows
+    _, variants = manifest.load(manifest.default_manifest_path())
+    keys = {v.key for v in variants}
+    plain = [v.as_dict() for v in variants if v.op == "per_token_cast" and v.as_dict()["in_sf_kind"] == "none"]
+    assert plain
+    for p in plain:
+        rows = per_token_rows(p["in_dtype"], p["fmt"], p["precomputed"], p["stochastic"], p["roundtrip"])
+        want = manifest.Variant("per_token_cast", tuple({**p, "rows": rows}.items()))
+        assert want.key in keys, f"the runtime would pick {want.key}, which the default manifest does not build"
+        assert PER_TOKEN_CAST.invalid_reason(want.as_dict()) is None

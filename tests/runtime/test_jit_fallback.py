@@ -23,7 +23,7 @@ from build_tools import manifest  # noqa: E402  (light: kernel modules import ti
 OP = "per_token_cast"
 _VALUE = {"in_dtype": "bfloat16", "in_sf_kind": "none", "fmt": "e4m3", "num_per_channels": 128, "sf_kind": "fp32",
           "precomputed": False, "rows": 4}
-NAMES = tuple(manifest.kernel_module(OP).PARAM_NAMES)  # the kernel's current compile-time parameters
+NAMES = tuple(manifest.param_names(OP))  # the op's current compile-time parameters (its contract)
 VALUES = tuple(_VALUE.get(n, False) for n in NAMES)  # parameters added later: their off value
 
 

@@ -325,6 +325,11 @@ class CompiledKernel:
         self.spec = entry["spec"]
         self.cubin_path = cubin_path
         self.param_names = [p["name"] for p in self.spec["params"]]
+        # the PrimFunc's own parameters (buffers and scalars), in order; "symbol" params (a buffer's extent) follow
+        # them in the spec and are never passed by the ops
+        self.arg_names = tuple(p["name"] for p in self.spec["params"] if p["kind"] != "symbol")
+        self._named = operator.itemgetter(*self.arg_names) if len(self.arg_names) > 1 else \
+            (lambda args, n=self.arg_names[0] if self.arg_names else None: (args[n],))
         self._devices = {}
         self._lock = threading.Lock()
 
@@ -397,6 +402,21 @@ class CompiledKernel:
             out.append(t.shape[p["dim"]] if "dim" in p else t.stride(p["stride"]))
         return tuple(out)
 
+    def bind_named(self, args):
+        """The PrimFunc-ordered launch arguments from ``args``, a mapping of every argument name to its value."""
+        if len(args) != len(self.arg_names):
+            raise self._name_error(args)
+        try:
+            return self._named(args)
+        except KeyError:
+            raise self._name_error(args) from None
+
+    def _name_error(self, names):
+        missing = [n for n in self.arg_names if n not in names]
+        unknown = [n for n in names if n not in self.arg_names]
+        return LaunchError(f"{self.entry.get('key', self.spec.get('key'))}: the launch arguments are "
+                           f"{list(self.arg_names)}; missing {missing}, unknown {unknown}")
+
     def launch(self, device_index, stream, args, pdl=False):
         """Launch every kernel of the module; ``args`` are in PrimFunc parameter order
         (data pointers as ints)."""
@@ -453,6 +473,15 @@ class CompiledKernel:
                 return go
         launch = self.launcher_for(device_index)
         return lambda stream, values, pdl: launch(stream, merge_args(fixed, varying, values), pdl)
+
+    def bound_launcher_named(self, device_index, fixed, varying):
+        """``bound_launcher`` with the arguments by name: ``fixed`` maps every argument that is not in ``varying``
+        (a tuple of names: the per-call values' order) to its value. The names are resolved here, once per plan."""
+        given = set(fixed) | set(varying)
+        if given != set(self.arg_names) or set(fixed) & set(varying) or len(set(varying)) != len(varying):
+            raise self._name_error(list(fixed) + [n for n in varying if n not in fixed])
+        full = tuple(fixed.get(n, 0) for n in self.arg_names)
+        return self.bound_launcher(device_index, full, tuple(self.arg_names.index(n) for n in varying))
 
     @staticmethod
     def _retry_in_context(ctx, k, grid, stream, args, pdl, rc):

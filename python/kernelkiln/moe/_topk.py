@@ -12,11 +12,12 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks, error_flags
-from kernelkiln._runtime import _raw_stream, launch, store
+from kernelkiln._ops.launch import has_variant, kernel, launch, raw_stream
 from kernelkiln._ops.outputs import RowOutputs
+from kernelkiln_contract.moe import TOPK_GATE as CONTRACT
+from kernelkiln_contract.moe import experts_per_lane, topk_vector_loads
 
-OP = "topk_gate"
-PARAM_NAMES = ("experts_per_lane", "vector_loads")
+OP = CONTRACT.op
 MAX_EXPERTS = 512
 MAX_TOPK = 32
 
@@ -66,22 +67,22 @@ _MAX_PLANS = 4096
 def _vector_loads(e, aligned, device_index):
     """Whether to use the float4-load variant: rows of whole float4 chunks per lane, a 16-byte
     aligned base, and the variant built (the scalar-load variant serves every case)."""
-    epl = -(-e // 32)
-    return (aligned and epl % 4 == 0 and e % 4 == 0 and
-            store().has_variant(OP, PARAM_NAMES, (epl, True), device_index))
+    return topk_vector_loads(e, aligned) and has_variant(
+        CONTRACT, CONTRACT.key(experts_per_lane=experts_per_lane(e), vector_loads=True), device_index)
 
 
 def _make_plan(scores, num_topk):
     e = scores.shape[1]
     device, index = scores.device, scores.device.index
-    epl = -(-e // 32)
+    epl = experts_per_lane(e)
     words = _flag(index)
     state = config._state
-    # per call only (scores, indices, num_tokens) are packed (launcher.bound_launcher); launchers[aligned]: the
+    # per call only (scores, indices, num_tokens) are packed (bound_launcher_named); launchers[aligned]: the
     # float4 variant where the row layout and alignment allow it
-    fixed = (0, 0, words[0].data_ptr(), 0, e, e >> 2, num_topk)
-    launchers = {aligned: store().kernel(OP, PARAM_NAMES, (epl, _vector_loads(e, aligned, index)), index)
-                 .bound_launcher(index, fixed, (0, 1, 3)) for aligned in (False, True)}
+    fixed = dict(err=words[0].data_ptr(), num_experts=e, experts_div4=e >> 2, num_topk=num_topk)
+    launchers = {aligned: kernel(CONTRACT, CONTRACT.variant(experts_per_lane=epl,
+                                                            vector_loads=_vector_loads(e, aligned, index)), index)
+                 .bound_launcher_named(index, fixed, ("scores", "topk_idx", "num_tokens")) for aligned in (False, True)}
     pending, idx_out, empty_like = words[1], RowOutputs(num_topk, torch.int64, device), torch.empty_like
 
     def run(scores, t):
@@ -89,7 +90,7 @@ def _make_plan(scores, num_topk):
             return None  # pending error or empty input: the general path handles it
         ptr = scores.data_ptr()
         idx = empty_like(idx_out[t])
-        launchers[ptr & 15 == 0](_raw_stream(index), (ptr, idx.data_ptr(), t), state["pdl"])
+        launchers[ptr & 15 == 0](raw_stream(index), (ptr, idx.data_ptr(), t), state["pdl"])
         return idx
 
     return run
@@ -132,11 +133,11 @@ def _topk_gate_checked(scores, num_topk):
         return idx
     dev = scores.device.index
     _raise_pending(dev)
-    epl = -(-e // 32)
     vec = _vector_loads(e, scores.data_ptr() % 16 == 0, dev)
     flag = _flag(dev)[0]
-    launch(OP, PARAM_NAMES, (epl, vec), scores.device,
-           (scores.data_ptr(), idx.data_ptr(), flag.data_ptr(), t, e, e // 4, num_topk))
+    launch(CONTRACT, CONTRACT.key(experts_per_lane=experts_per_lane(e), vector_loads=vec), scores.device,
+           scores=scores.data_ptr(), topk_idx=idx.data_ptr(), err=flag.data_ptr(), num_tokens=t, num_experts=e,
+           experts_div4=e // 4, num_topk=num_topk)
     if _sync_checks[0] and not torch.cuda.is_current_stream_capturing():
         torch.cuda.current_stream(dev).synchronize()
         _raise_pending(dev)

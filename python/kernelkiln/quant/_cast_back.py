@@ -7,8 +7,8 @@ TMA-aligned column-major (not for per-channel g == 1, whose packed scales go alo
 import torch
 
 from kernelkiln._ops import checks
-
-from kernelkiln._runtime import launch, store
+from kernelkiln._ops.launch import has_variant
+from kernelkiln._runtime import launch
 from kernelkiln.quant import _per_token
 
 OP = "cast_back"
@@ -139,8 +139,8 @@ def per_token_cast_and_cast_back(x, fmt, num_per_channels, round_sf=False, use_e
     checks.cuda("x", x)
     if t == 0:
         return None
-    if store().has_variant(_per_token.OP, _per_token.PARAM_NAMES,
-                           _per_token.roundtrip_values(x, fmt, num_per_channels, use_e4m3_sf), x.device.index):
+    if has_variant(_per_token.CONTRACT, _per_token.roundtrip_values(x, fmt, num_per_channels, use_e4m3_sf),
+                   x.device.index):
         _per_token.run_roundtrip(x, fmt, num_per_channels, round_sf, use_e4m3_sf)
         return None
     q, sf = _per_token.per_token_cast(x, fmt, num_per_channels, round_sf=round_sf, use_e4m3_sf=use_e4m3_sf)

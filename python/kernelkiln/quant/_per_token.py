@@ -10,26 +10,13 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import _raw_stream, launch, store
+from kernelkiln._ops.launch import kernel, launch, raw_stream
 from kernelkiln._ops.outputs import RowOutputs
+from kernelkiln_contract.quant import PER_TOKEN_CAST as CONTRACT
+from kernelkiln_contract.quant import PER_TOKEN_ROWS as ROWS  # noqa: F401  (tuning scripts override it)
+from kernelkiln_contract.quant import per_token_rows as rows_for
 
-OP = "per_token_cast"
-PARAM_NAMES = ("in_dtype", "in_sf_kind", "fmt", "num_per_channels", "sf_kind", "precomputed", "rows", "stochastic",
-               "roundtrip")
-# Rows per thread (the default manifest builds these): 4, measured on the H200 (benchmarks/bench_tuning.py), and 8
-# for bf16 -> e4m3 with computed scales: 8 rows (70-82 registers) ran 0.8 us faster than 4 with TMA-aligned
-# column-major fp32 scales (87.2-87.3 vs 88.0-88.1 us) and 0.2 us slower with row-major ones (88.8-89.0 vs
-# 88.6-88.7 us; A/B in benchmarks/results/2026-12-01-a617b1c9a5/extra/ab). Keyed by (input dtype name, fmt);
-# tuning scripts override it.
-ROWS = {("bfloat16", "e4m3"): 8}
-DEFAULT_ROWS = 4
-
-
-def rows_for(in_dtype, fmt, precomputed=False, stochastic=False, roundtrip=False):
-    """Rows per thread of the built variant for these compile-time values."""
-    if precomputed or stochastic or roundtrip:
-        return DEFAULT_ROWS
-    return ROWS.get((in_dtype, fmt), DEFAULT_ROWS)
+OP = CONTRACT.op
 
 
 _PLAIN_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -184,17 +171,20 @@ def _run(src, q, sf, fmt, g, kind, precomputed, round_sf, write_data, clamp, sto
     sf_t, sf_k = _sf_strides(sf, kind == "ue8m0")
     x_sf, in_kind, in_t, in_k, gm, gk = src.scales or (None, "none", 0, 0, 1, 1)
     rows = rows_for(src.in_dtype, fmt, precomputed, stochastic)
-    values = (src.in_dtype, in_kind, fmt, g, kind, precomputed, rows, stochastic, False)
+    values = CONTRACT.key(in_dtype=src.in_dtype, in_sf_kind=in_kind, fmt=fmt, num_per_channels=g, sf_kind=kind,
+                          precomputed=precomputed, rows=rows, stochastic=stochastic)
     q_stride = (q.stride(0) // unit) if q is not None else 0
     for t0, t in _token_chunks(src.t, rows, _rows_in_grid_y(values, src.data.device)):
         # a later chunk starts t0 rows further into x, q and sf (plain input only: see _token_chunks)
-        args = (src.data.data_ptr() + t0 * src.data.stride(0) * src.data.element_size(),
-                q.data_ptr() + t0 * q.stride(0) * q.element_size() if q is not None else 0,
-                sf.data_ptr() + t0 * sf.stride(0) * sf.element_size(), t, src.h // 64,
-                src.stride_vec, q_stride, sf_t, sf_k, int(round_sf),
-                int(write_data), clamp, x_sf.data_ptr() if x_sf is not None else 0, in_t, in_k, gm, gk,
-                *_grid(t, src.h, src.vec, rows))
-        launch(OP, PARAM_NAMES, values, src.data.device, args)
+        row_blocks, col_blocks = _grid(t, src.h, src.vec, rows)
+        launch(CONTRACT, values, src.data.device,
+               x=src.data.data_ptr() + t0 * src.data.stride(0) * src.data.element_size(),
+               out=q.data_ptr() + t0 * q.stride(0) * q.element_size() if q is not None else 0,
+               sf=sf.data_ptr() + t0 * sf.stride(0) * sf.element_size(), num_tokens=t, hidden_div64=src.h // 64,
+               x_stride_vec=src.stride_vec, out_stride_unit=q_stride, sf_stride_t=sf_t, sf_stride_k=sf_k,
+               round_sf=int(round_sf), write_data=int(write_data), clamp_min=clamp,
+               x_sf=x_sf.data_ptr() if x_sf is not None else 0, in_sf_stride_t=in_t, in_sf_stride_k=in_k,
+               in_block_m=gm, in_block_k=gk, num_row_blocks=row_blocks, num_col_blocks=col_blocks)
 
 
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
@@ -203,7 +193,7 @@ MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
 def _rows_in_grid_y(values, device):
     """Whether this variant's grid puts the row blocks in y (kernels/quant/per_token_cast.py: the staged FP8 cast),
     read from its launch spec."""
-    spec = store().kernel(OP, PARAM_NAMES, values, device.index).spec
+    spec = kernel(CONTRACT, values, device.index).spec
     return spec["kernels"][0]["grid"][1] == "num_row_blocks"
 
 
@@ -219,8 +209,9 @@ def _token_chunks(t, rows, rows_in_y):
 def roundtrip_values(x, fmt, g, use_e4m3_sf):
     """Compile-time values of the one-pass per_token_cast_and_cast_back kernel for x."""
     name = _PLAIN_NAMES[x.dtype]
-    return (name, "none", fmt, g, _sf_kind(use_e4m3_sf, False), False, rows_for(name, fmt, roundtrip=True), False,
-            True)
+    return CONTRACT.key(in_dtype=name, in_sf_kind="none", fmt=fmt, num_per_channels=g,
+                        sf_kind=_sf_kind(use_e4m3_sf, False), precomputed=False,
+                        rows=rows_for(name, fmt, roundtrip=True), stochastic=False, roundtrip=True)
 
 
 def run_roundtrip(x, fmt, g, round_sf, use_e4m3_sf):
@@ -229,10 +220,12 @@ def run_roundtrip(x, fmt, g, round_sf, use_e4m3_sf):
     vec = 8 if x.dtype == torch.bfloat16 else 4
     stride_vec = x.stride(0) // vec if t > 1 else h // vec
     ptr = x.data_ptr()
-    args = (ptr, ptr, 0, t, h // 64, stride_vec, stride_vec, 0, 0, int(round_sf), 1,
-            config.get_amax_clamp_for_quant(fmt, use_e4m3_sf), 0, 0, 0, 1, 1,
-            *_grid(t, h, vec, rows_for(_PLAIN_NAMES[x.dtype], fmt, roundtrip=True)))
-    launch(OP, PARAM_NAMES, roundtrip_values(x, fmt, g, use_e4m3_sf), x.device, args)
+    row_blocks, col_blocks = _grid(t, h, vec, rows_for(_PLAIN_NAMES[x.dtype], fmt, roundtrip=True))
+    launch(CONTRACT, roundtrip_values(x, fmt, g, use_e4m3_sf), x.device,
+           x=ptr, out=ptr, sf=0, num_tokens=t, hidden_div64=h // 64, x_stride_vec=stride_vec,
+           out_stride_unit=stride_vec, sf_stride_t=0, sf_stride_k=0, round_sf=int(round_sf), write_data=1,
+           clamp_min=config.get_amax_clamp_for_quant(fmt, use_e4m3_sf), x_sf=0, in_sf_stride_t=0,
+           in_sf_stride_k=0, in_block_m=1, in_block_k=1, num_row_blocks=row_blocks, num_col_blocks=col_blocks)
 
 
 def _grid(t, h, vec, rows):
@@ -248,11 +241,11 @@ _plans = {}
 _MAX_PLANS = 4096
 
 
-# The per-call arguments of a plan's launch (PrimFunc indices): x, out, sf, num_tokens, clamp_min (a runtime config
-# value) and num_row_blocks; with column-major or zero-padded packed scales also sf_stride_t and sf_stride_k (their
-# padded token dimension grows with T). Everything else is packed once (launcher.bound_launcher).
-_PLAN_VALUES = (0, 1, 2, 3, 11, 17)
-_PLAN_VALUES_SF_STRIDES = (0, 1, 2, 3, 7, 8, 11, 17)
+# The per-call arguments of a plan's launch, in the order a call passes them: x, out, sf, num_tokens, clamp_min (a
+# runtime config value) and num_row_blocks; with column-major or zero-padded packed scales also sf_stride_t and
+# sf_stride_k (their padded token dimension grows with T). Everything else is packed once (bound_launcher_named).
+_PLAN_VALUES = ("x", "out", "sf", "num_tokens", "clamp_min", "num_row_blocks")
+_PLAN_VALUES_SF_STRIDES = ("x", "out", "sf", "num_tokens", "sf_stride_t", "sf_stride_k", "clamp_min", "num_row_blocks")
 
 
 def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
@@ -260,7 +253,8 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     kind = _sf_kind(e4m3sf, packed)
     h = x.shape[1]
     rows = rows_for(_PLAIN_NAMES[x.dtype], fmt)
-    values = (_PLAIN_NAMES[x.dtype], "none", fmt, g, kind, False, rows, False, False)
+    values = CONTRACT.variant(in_dtype=_PLAIN_NAMES[x.dtype], in_sf_kind="none", fmt=fmt, num_per_channels=g,
+                              sf_kind=kind, precomputed=False, rows=rows)
     device, index = x.device, x.device.index
     q_width, q_dtype = (h, torch.float8_e4m3fn) if fmt == "e4m3" else (h // 2, torch.int8)
     k_blocks = _ceil_div(h, g)
@@ -270,10 +264,12 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
     clamp_key, state = (fmt, e4m3sf), config._state
     row_major_sf = not col and not (packed and k_blocks % 4)
     sf_t, sf_k = (4 * sf_cols, 4) if packed else (sf_cols, 1)  # == _sf_strides of a fresh row-major [t, sf_cols]
-    fixed = (0, 0, 0, 0, h // 64, x_stride_vec, out_stride_unit, sf_t, sf_k, int(round_sf), 1, 0.0, 0, 0, 0, 1, 1, 0,
-             _grid(1, h, vec, 1)[1])
-    go = store().kernel(OP, PARAM_NAMES, values, index).bound_launcher(
-        index, fixed, _PLAN_VALUES if row_major_sf else _PLAN_VALUES_SF_STRIDES)
+    varying = _PLAN_VALUES if row_major_sf else _PLAN_VALUES_SF_STRIDES
+    fixed = dict(hidden_div64=h // 64, x_stride_vec=x_stride_vec, out_stride_unit=out_stride_unit, sf_stride_t=sf_t,
+                 sf_stride_k=sf_k, round_sf=int(round_sf), write_data=1, x_sf=0, in_sf_stride_t=0, in_sf_stride_k=0,
+                 in_block_m=1, in_block_k=1, num_col_blocks=_grid(1, h, vec, 1)[1])
+    go = kernel(CONTRACT, values, index).bound_launcher_named(
+        index, {n: v for n, v in fixed.items() if n not in varying}, varying)
     max_tokens = MAX_GRID_Y * rows if _rows_in_grid_y(values, device) else 1 << 62
     last_row = rows - 1
     q_out, empty_like = RowOutputs(q_width, q_dtype, device), torch.empty_like
@@ -286,11 +282,11 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
         q = empty_like(q_out[t])
         if row_major_sf:
             sf = empty_like(sf_out[t])
-            go(_raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, state["clamp"][clamp_key],
+            go(raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, state["clamp"][clamp_key],
                                     (t + last_row) // rows), state["pdl"])
         else:
             sf = _sf_storage(t, k_blocks, sf_dtype, col, device, packed)
-            go(_raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, *_sf_strides(sf, packed),
+            go(raw_stream(index), (ptr, q.data_ptr(), sf.data_ptr(), t, *_sf_strides(sf, packed),
                                     state["clamp"][clamp_key], (t + last_row) // rows), state["pdl"])
         return q, sf
 

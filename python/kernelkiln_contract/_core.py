@@ -1,0 +1,95 @@
+"""The declaration of one op: what the build may specialize, how the runtime picks a variant, what the kernel takes.
+
+An ``OpContract`` is the one place that says, for an op,
+
+* its compile-time parameters (``Param``: name, the values a manifest may ask for, a default for knobs added after
+  manifests were written), and the cross-constraints between them (``constraints``);
+* the kernel module that builds it (``kernel``: the build imports it; the runtime never does);
+* the launch-argument names of its PrimFunc, in order (``args``): the build checks them against the IR it lowers,
+  and the runtime binds its values by these names, never by position;
+* the rules the runtime uses to pick a variant (``select``: plain functions of host values, so the build's
+  manifests, the presets test and the runtime all call the same code).
+
+Nothing here imports torch, TileLang or the runtime: the kernels, build_tools and the runtime all import it.
+"""
+import operator
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """A compile-time parameter: ``values`` are those a manifest may ask for (the kernel builds each of them)."""
+    name: str
+    values: tuple
+    default: object = _NO_DEFAULT
+
+    @property
+    def has_default(self):
+        return self.default is not _NO_DEFAULT
+
+    def problem(self, value):
+        # bool is an int: a flag given as 0/1 or a count given as True are both refused
+        if any(type(value) is type(v) and value == v for v in self.values):
+            return None
+        return f"{self.name} must be one of {list(self.values)}, got {value!r}"
+
+
+@dataclass(frozen=True)
+class OpContract:
+    op: str
+    kernel: str  # the kernel module (kernels.<family>.<name>), imported by the build only
+    params: tuple  # of Param, in variant-key order
+    args: tuple  # launch-argument names of the PrimFunc, in order
+    constraints: Optional[Callable[[Mapping], Optional[str]]] = None  # cross-constraints: a reason, or None
+    select: Mapping[str, Callable] = field(default_factory=dict)  # the runtime's variant-selection rules
+    doc: str = ""
+
+    def __post_init__(self):
+        names = tuple(p.name for p in self.params)
+        get = operator.itemgetter(*names)
+        object.__setattr__(self, "_key", get if len(names) > 1 else (lambda d: (get(d),)))
+        object.__setattr__(self, "_defaults", {p.name: p.default for p in self.params if p.has_default})
+
+    def key(self, **values):
+        """The compile-time values in parameter order after the defaults, unchecked: the per-call lookup key. (A value
+        the build does not offer finds no variant in the store, whose error lists what exists.)"""
+        return self._key({**self._defaults, **values} if self._defaults else values)
+
+    @property
+    def param_names(self):
+        return tuple(p.name for p in self.params)
+
+    @property
+    def defaults(self):
+        return {p.name: p.default for p in self.params if p.has_default}
+
+    def invalid_reason(self, values):
+        """Why the compile-time ``values`` (a mapping of every parameter) cannot be built, or None."""
+        names = self.param_names
+        missing = [n for n in names if n not in values]
+        unknown = [n for n in values if n not in names]
+        if missing or unknown:
+            return f"{self.op} takes exactly the parameters {list(names)}; missing {missing}, unknown {unknown}"
+        for p in self.params:
+            problem = p.problem(values[p.name])
+            if problem:
+                return problem
+        return self.constraints(values) if self.constraints else None
+
+    def variant(self, **values):
+        """The compile-time values in parameter order (the runtime's lookup key), after the defaults; a
+        ``ValueError`` names what is wrong with them."""
+        full = {**self.defaults, **values}
+        reason = self.invalid_reason(full)
+        if reason:
+            raise ValueError(f"{self.op}: {reason}")
+        return tuple(full[n] for n in self.param_names)
+
+    def arg_index(self, name):
+        try:
+            return self.args.index(name)
+        except ValueError:
+            raise KeyError(f"{self.op} has no launch argument {name!r}; it has {list(self.args)}") from None

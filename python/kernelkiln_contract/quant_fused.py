@@ -1,0 +1,3 @@
+"""Contracts of the fused quantization (RMSNorm, SwiGLU, per-channel) ops."""
+
+CONTRACTS = ()

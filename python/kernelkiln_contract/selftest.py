@@ -1,0 +1,3 @@
+"""Contracts of the self-test ops."""
+
+CONTRACTS = ()

@@ -1,0 +1,3 @@
+"""Contracts of the transpose ops."""
+
+CONTRACTS = ()
