@@ -12,7 +12,6 @@ An ``OpContract`` is the one place that says, for an op,
 
 Nothing here imports torch, TileLang or the runtime: the kernels, build_tools and the runtime all import it.
 """
-import operator
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
@@ -37,6 +36,20 @@ class Param:
         return f"{self.name} must be one of {list(self.values)}, got {value!r}"
 
 
+def _key_function(op, params):
+    """``key(**values)``: the compile-time values in parameter order after the defaults, unchecked (the per-call lookup
+    key; a value the build does not offer finds no variant in the store, whose error lists what exists). Generated as
+    a plain function of keyword parameters, which costs a fraction of merging dicts."""
+    defaults = {f"_d{i}": p.default for i, p in enumerate(params) if p.has_default}
+    signature = ", ".join(p.name + (f"={f'_d{i}'}" if p.has_default else "") for i, p in enumerate(params))
+    body = ", ".join(p.name for p in params) + ("," if len(params) == 1 else "")
+    namespace = dict(defaults)
+    exec(f"def key(*, {signature}):\n    return ({body})\n", namespace)  # names checked to be identifiers
+    key = namespace["key"]
+    key.__qualname__ = f"{op}.key"
+    return key
+
+
 @dataclass(frozen=True)
 class OpContract:
     op: str
@@ -49,18 +62,15 @@ class OpContract:
 
     def __post_init__(self):
         names = tuple(p.name for p in self.params)
-        get = operator.itemgetter(*names)
-        object.__setattr__(self, "_key", get if len(names) > 1 else (lambda d: (get(d),)))
-        object.__setattr__(self, "_defaults", {p.name: p.default for p in self.params if p.has_default})
-
-    def key(self, **values):
-        """The compile-time values in parameter order after the defaults, unchecked: the per-call lookup key. (A value
-        the build does not offer finds no variant in the store, whose error lists what exists.)"""
-        return self._key({**self._defaults, **values} if self._defaults else values)
+        for n in names:
+            if not n.isidentifier():
+                raise ValueError(f"{self.op}: parameter name {n!r} is not an identifier")
+        object.__setattr__(self, "_param_names", names)  # read on every lookup: computed once
+        object.__setattr__(self, "key", _key_function(self.op, self.params))
 
     @property
     def param_names(self):
-        return tuple(p.name for p in self.params)
+        return self._param_names
 
     @property
     def defaults(self):
