@@ -5,12 +5,7 @@ manifest: PDL is a launch attribute (every kernel is built with the PDL
 wait/trigger, which are no-ops when launched without it), the amax floor is a
 kernel argument, and the SM count is read from the device at run time.
 """
-_DEFAULT_CLAMP_MIN_VALUES = {
-    ("e4m3", False): 1e-4,
-    ("e4m3", True): 448.0 * 2.0**-9,
-    ("e2m1", False): 6.0 * 2.0**-126,
-    ("e2m1", True): 6.0 * 2.0**-9,
-}
+from kernelkiln._formats import DEFAULT_CLAMP_MIN as _DEFAULT_CLAMP_MIN_VALUES  # noqa: E402
 
 _state = {}
 

@@ -17,6 +17,8 @@ Backward: see ``norm_backward_ref``.
 """
 import torch
 
+from kernelkiln._formats import mega_moe_sf_rows, pack_ue8m0  # noqa: F401  (shared with the ops)
+
 THREADS = {torch.bfloat16: 128, torch.float32: 256}
 MAXC = 8
 MAX_HIDDEN = 8192
@@ -179,26 +181,6 @@ def norm_backward_ref(out_grad, x, weight, rstd, residual_out_grad=None, out_sca
     if weight_grad is None:
         return dx, dw.to(weight.dtype)
     return dx, (weight_grad.to(_F32) + dw).to(weight_grad.dtype)
-
-
-def mega_moe_sf_rows(num_tokens, block_m, device=None):
-    """Row of each token in a MegaMoE shared-activation scale buffer (docs/SPEC.md §3.2,
-    norm_forward_and_per_token_cast): tokens in ``block_m`` chunks, each padded to a multiple of 128
-    rows, each 128-row tile stored 4 x 32 transposed:
-    ``row = (t // bm) * align(bm, 128) + (i // 128) * 128 + (i % 32) * 4 + (i % 128) // 32``, i = t % bm.
-    Returns (int64 rows [num_tokens], rows the buffer needs)."""
-    t = torch.arange(num_tokens, dtype=torch.int64, device=device)
-    padded = -(-block_m // 128) * 128
-    i = t % block_m
-    rows = (t // block_m) * padded + (i // 128) * 128 + (i % 32) * 4 + (i % 128) // 32
-    return rows, -(-num_tokens // block_m) * padded
-
-
-def pack_ue8m0(sf):
-    """fp32 power-of-two scales [N, K] -> int32 [N, ceil(K / 4)] words of four UE8M0 bytes along K (byte j
-    of word w = the biased exponent of scale 4w + j), the packed layout of the per-token casts."""
-    from kernelkiln.torch.quant import _pack_ue8m0, _ue8m0_bytes
-    return _pack_ue8m0(_ue8m0_bytes(sf.contiguous()), 1)
 
 
 def mega_moe_sf_ref(packed_sf, mega_moe_sf, block_m):

@@ -18,17 +18,12 @@ import math
 
 import torch
 
-FMT_MAX = {'e4m3': 448.0, 'e2m1': 6.0}
-
-# Lower bound for a block's amax, keyed by (fmt, use_e4m3_sf). It keeps sf a
-# positive normal float (the round_sf exponent trick needs that) and keeps e4m3
-# scales inside the e4m3 range.
-_DEFAULT_CLAMP_MIN = {
-    ('e4m3', False): 1e-4,
-    ('e4m3', True): 448.0 * 2.0**-9,
-    ('e2m1', False): 6.0 * 2.0**-126,
-    ('e2m1', True): 6.0 * 2.0**-9,
-}
+# shared with the ops (kernelkiln._formats): format ranges, amax floors, UE8M0 packing, the e2m1 decoder
+from kernelkiln._formats import DEFAULT_CLAMP_MIN as _DEFAULT_CLAMP_MIN
+from kernelkiln._formats import E2M1_MAGNITUDES as _E2M1_MAGNITUDES  # noqa: F401
+from kernelkiln._formats import FMT_MAX, unpack_from_e2m1fn_x2  # noqa: F401
+from kernelkiln._formats import pack_ue8m0_bytes as _pack_ue8m0
+from kernelkiln._formats import ue8m0_bytes as _ue8m0_bytes
 
 _QUANT_FMTS = ('e4m3', 'e2m1')
 _BACK_FMTS = {'bf16': torch.bfloat16, 'fp32': torch.float32}
@@ -38,7 +33,6 @@ _PLAIN_INPUT_DTYPES = (torch.bfloat16, torch.float32)
 _SF_DTYPES = (torch.float32, torch.float8_e4m3fn, torch.int32)
 
 # e2m1 magnitudes, indexed by the 3-bit code.
-_E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 _E2M1_NAN_CODE = 7
 _E4M3_NAN_BYTE = 0x7F
 _UE8M0_BIAS = 127
@@ -112,11 +106,6 @@ def _exp2_exact(e):
     return ((e + _UE8M0_BIAS) << _FP32_MANTISSA_BITS).view(torch.float32)
 
 
-def _ue8m0_bytes(sf):
-    """The biased exponent byte of positive power-of-two fp32 scales."""
-    return (sf.view(torch.int32) >> _FP32_MANTISSA_BITS) & 0xFF
-
-
 def _ue8m0_decode(b):
     """fp32 whose bits are ``byte << 23`` (byte 0 decodes to 0.0)."""
     return (b.to(torch.int32) << _FP32_MANTISSA_BITS).view(torch.float32)
@@ -171,21 +160,6 @@ def _pack_nibbles(n):
     return packed.to(torch.uint8).view(torch.int8)
 
 
-def _e2m1_table(device):
-    magnitudes = list(_E2M1_MAGNITUDES)
-    return torch.tensor(magnitudes + [-m for m in magnitudes], dtype=torch.float32, device=device)
-
-
-def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
-    """Decode packed e2m1 bytes ``[..., K]`` (int8 or uint8) into ``[..., 2K]`` values."""
-    if not isinstance(x, torch.Tensor) or x.dtype not in (torch.int8, torch.uint8):
-        raise TypeError(f'x must be an int8 or uint8 tensor of packed e2m1, got '
-                        f'{getattr(x, "dtype", type(x).__name__)}')
-    b = x.view(torch.uint8).to(torch.int64)
-    nibbles = torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2)
-    return _e2m1_table(x.device)[nibbles].to(out_dtype)
-
-
 def _encode_stochastic_rows(y, fmt):
     """Stochastic e4m3 of fp32 ``y [T, H]``; the hash's quad index restarts at 0 on every row."""
     from .stochastic import e4m3_byte_stochastic, fp32_bits, quad_random_bits
@@ -235,17 +209,6 @@ def _ue8m0_pack_dim(block):
 def _packed_shape(sf_shape, dim):
     mb, kb = sf_shape
     return (-(-mb // 4), kb) if dim == 0 else (mb, -(-kb // 4))
-
-
-def _pack_ue8m0(exp_bytes, dim):
-    """Pack int32 bytes ``[Mb, Kb]`` four per int32 along ``dim``; byte i of word q is block 4q+i."""
-    if dim == 0:
-        return _pack_ue8m0(exp_bytes.T, 1).T.contiguous()
-    mb, kb = exp_bytes.shape
-    buf = torch.zeros((mb, -(-kb // 4) * 4), dtype=torch.uint8, device=exp_bytes.device)
-    buf[:, :kb] = exp_bytes.to(torch.uint8)
-    # Reinterpreting 4 bytes as one int32 is little-endian on every torch device.
-    return buf.view(torch.int32)
 
 
 def _unpack_ue8m0(packed, sf_shape, dim):

@@ -17,6 +17,8 @@ rules and fmt_max = 65024 (the E5M6 max normal). Plain torch only; runs on any d
 """
 import torch
 
+from kernelkiln._formats import E5M6_CLAMP_MIN, E5M6_MAX  # noqa: F401  (shared with the ops)
+
 from .quant import (
     _BACK_FMTS,
     _canonicalize_nan,
@@ -30,11 +32,6 @@ from .quant import (
     _ue8m0_decode,
 )
 
-E5M6_MAX = 65024.0  # 2**15 * (1 + 63/64)
-# Default amax floor of the E5M6 cast. The spec names none for E5M6; like the e2m1 default
-# (6 * 2**-126) it is fmt_max * 2**-126, the smallest floor that keeps sf a positive normal
-# fp32 (round_sf's exponent trick needs that) while changing no realistic input.
-E5M6_CLAMP_MIN = E5M6_MAX * 2.0**-126
 _MASK32 = 0xFFFFFFFF
 
 
