@@ -293,6 +293,8 @@ def record(store, shim, cases_filter=None):
         results[case.name] = {"calls": calls}
     # what the loader set on the kernels it loaded (max dynamic shared memory, non-portable cluster sizes)
     results["_function_attributes"] = sorted({tuple(a) for a in recorder.func_attributes})
+    # every kernel the loader looked up, launched or not (a plan loads each variant it may launch)
+    results["_loaded_kernels"] = sorted(set(recorder.functions.values()))
     return results
 
 
@@ -305,11 +307,9 @@ def write_manifest(golden_path, out, default_manifest):
     by_digest = {v.stem.rsplit("-", 1)[1]: v for v in variants}
     golden = json.loads(Path(golden_path).read_text())
     needed = {}
-    for name, result in golden.items():
-        for call in result.get("calls", []) if isinstance(result, dict) else []:
-            for launch in call:
-                v = by_digest[launch["symbol"].rsplit("_", 1)[1]]
-                needed[v.key] = v
+    for symbol in golden["_loaded_kernels"]:
+        v = by_digest[symbol.rsplit("_", 1)[1]]
+        needed[v.key] = v
 
     def toml(value):
         return ("true" if value else "false") if isinstance(value, bool) else \

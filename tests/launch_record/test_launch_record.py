@@ -69,3 +69,4 @@ def test_launches_are_byte_identical_to_the_golden_record(store, shim, tmp_path,
     differ = [name for name in golden if got[name] != golden[name]]
     assert not differ, f"launches that differ from the golden record: {differ}"
     assert sum(len(launches) for r in golden.values() if isinstance(r, dict) for launches in r["calls"]) > 200
+    assert len(golden["_loaded_kernels"]) > 80
