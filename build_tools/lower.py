@@ -42,21 +42,22 @@ def lower_variant(variant, arch):
     with tvm.transform.PassContext(opt_level=3, config=cfg), target:
         art = lower_with_context(prim, ctx, enable_host_codegen=False, enable_device_compile=False)
     launch = spec.extract(prim, art)
-    check_contract_args(variant.op, launch)
+    check_contract_args(variant.op, variant.as_dict(), launch)
     launch.update({"op": variant.op, "key": variant.key, "variant": variant.as_dict(), "arch": arch})
     return unique_symbols(art.kernel_source, launch, variant.stem)
 
 
-def check_contract_args(op, launch):
+def check_contract_args(op, values, launch):
     """The PrimFunc's parameters, as the IR names them, must be the launch arguments the op's contract declares: the
     runtime binds its values by those names."""
     contract = manifest.CONTRACTS.get(op)
     if contract is None:
         return
     names = tuple(p["name"] for p in launch["params"] if p["kind"] != "symbol")
-    if names != contract.args:
+    declared = contract.args_for(values)
+    if names != declared:
         raise spec.SpecError(f"{op}: the kernel's parameters are {list(names)}, its contract declares "
-                             f"{list(contract.args)} (python/kernelkiln_contract)")
+                             f"{list(declared)} (python/kernelkiln_contract)")
 
 
 _DYNAMIC_SHARED = re.compile(r"extern __shared__ (?:__align__\(\d+\) )?[\w:]+ (\w+)\[\];")
@@ -95,7 +96,7 @@ def lower_all(variants, arch, out_dir, log=print, report=None):
         if src is not None and launch_json is not None:
             src, launch_json = src.decode(), launch_json.decode()
             try:  # the contract may have changed since the cached lowering: check its names again
-                check_contract_args(v.op, json.loads(launch_json))
+                check_contract_args(v.op, v.as_dict(), json.loads(launch_json))
             except spec.SpecError as e:
                 failures.append((v, e))
                 log(f"[{arch}] FAILED {v.key}: {e}")

@@ -27,8 +27,8 @@ Python side to raise; its byte is then the fp32 exponent field (unspecified).
 """
 from kernels.common.passes import THREAD_LEVEL
 
-OP = "transpose_weight_sf"
-PARAM_NAMES = ("sf_dtype",)
+# Declared in kernelkiln_contract.quant (TRANSPOSE_WEIGHT_SF): the input scale dtype (float32 only), and the
+# launch-argument names below, which the build checks against this PrimFunc.
 PASS_CONFIGS = THREAD_LEVEL
 
 THREADS = 256
@@ -36,12 +36,6 @@ ROWS_PER_TASK = 16
 FIELDS = 8
 SEARCH_STEPS = 16  # binary search depth: up to 65536 weights
 ERR_WEIGHT_SF = 3
-
-
-def invalid_reason(p):
-    if p["sf_dtype"] != "float32":
-        return "sf_dtype must be float32"
-    return None
 
 
 def build(p, arch):

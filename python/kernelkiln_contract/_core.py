@@ -13,7 +13,7 @@ An ``OpContract`` is the one place that says, for an op,
 Nothing here imports torch, TileLang or the runtime: the kernels, build_tools and the runtime all import it.
 """
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Union
 
 _NO_DEFAULT = object()
 
@@ -55,7 +55,9 @@ class OpContract:
     op: str
     kernel: str  # the kernel module (kernels.<family>.<name>), imported by the build only
     params: tuple  # of Param, in variant-key order
-    args: tuple  # launch-argument names of the PrimFunc, in order
+    # launch-argument names of the PrimFunc, in order; a function of the compile-time values where a parameter picks
+    # between PrimFuncs of different arguments (e5m6's encode and decode)
+    args: Union[tuple, Callable[[Mapping], tuple]]
     constraints: Optional[Callable[[Mapping], Optional[str]]] = None  # cross-constraints: a reason, or None
     select: Mapping[str, Callable] = field(default_factory=dict)  # the runtime's variant-selection rules
     doc: str = ""
@@ -98,8 +100,6 @@ class OpContract:
             raise ValueError(f"{self.op}: {reason}")
         return tuple(full[n] for n in self.param_names)
 
-    def arg_index(self, name):
-        try:
-            return self.args.index(name)
-        except ValueError:
-            raise KeyError(f"{self.op} has no launch argument {name!r}; it has {list(self.args)}") from None
+    def args_for(self, values):
+        """The launch-argument names of the variant ``values`` (a mapping of every parameter)."""
+        return tuple(self.args(values)) if callable(self.args) else self.args

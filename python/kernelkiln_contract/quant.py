@@ -56,4 +56,103 @@ PER_TOKEN_CAST = OpContract(
         "quantize-and-dequantize of per_token_cast_and_cast_back (docs/SPEC.md §3.2).",
 )
 
-CONTRACTS = (PER_TOKEN_CAST,)
+
+# cast: the (input, output) dtype pairs each rounding mode converts (stochastic rounding only narrows)
+CAST_STOCHASTIC_PAIRS = (("float32", "bfloat16"), ("float32", "float8_e4m3fn"), ("bfloat16", "float8_e4m3fn"))
+CAST_RNE_PAIRS = CAST_STOCHASTIC_PAIRS + (("bfloat16", "float32"), ("float8_e4m3fn", "bfloat16"),
+                                          ("float8_e4m3fn", "float32"))
+CAST_DTYPES = ("float32", "bfloat16", "float8_e4m3fn")
+
+
+def _cast_constraints(p):
+    pairs = CAST_STOCHASTIC_PAIRS if p["stochastic_rounding"] else CAST_RNE_PAIRS
+    if (p["in_dtype"], p["out_dtype"]) not in pairs:
+        return f"(in_dtype, out_dtype) must be one of {pairs} for stochastic_rounding={p['stochastic_rounding']}"
+    return None
+
+
+CAST = OpContract(
+    op="cast",
+    kernel="kernels.quant.cast",
+    params=(
+        Param("in_dtype", CAST_DTYPES),
+        Param("out_dtype", CAST_DTYPES),
+        Param("stochastic_rounding", (False, True)),
+    ),
+    args=("x", "out", "n", "quad_base"),
+    constraints=_cast_constraints,
+    doc="Element-wise dtype conversion of a flat buffer, round-to-nearest-even or deterministic stochastic "
+        "rounding (docs/SPEC.md §3.2 quant.cast, §2.2).",
+)
+
+
+def cast_back_per_channel(block_k):
+    """Whether cast_back's per-channel variant (one scale per element column) serves blocks of block_k channels:
+    exactly for g == 1; every g >= 16 takes the other variant."""
+    return block_k == 1
+
+
+CAST_BACK = OpContract(
+    op="cast_back",
+    kernel="kernels.quant.cast_back",
+    params=(
+        Param("fmt", ("e4m3", "e2m1")),
+        Param("out_dtype", ("bfloat16", "float32")),
+        Param("per_channel", (False, True)),
+    ),
+    args=("x", "out", "sf", "sf_e4m3", "sf_bytes", "num_tokens", "hidden_div64", "x_stride_unit", "out_stride_unit",
+          "block_m", "block_k", "sf_mode", "sf_stride_t", "sf_stride_k", "pack_shift_m", "pack_shift_k"),
+    select={"per_channel": cast_back_per_channel},
+    doc="Dequantization of e4m3 / packed e2m1 data with fp32, e4m3 or packed UE8M0 block scales in any layout "
+        "(docs/SPEC.md §3.2).",
+)
+
+PER_BLOCK_CAST_LOSSLESS = OpContract(
+    op="per_block_cast_lossless",
+    kernel="kernels.quant.per_block_cast_lossless",
+    # e4m3 is the only target into which every e2m1 block converts exactly
+    params=(Param("fmt", ("e4m3",)),),
+    args=("x", "out", "in_sf", "in_sfb", "out_sf", "out_sfb", "err", "num_tokens", "hidden_div128", "x_stride_q",
+          "out_stride_q", "in_mode", "in_sf_t", "in_sf_k", "lg_bm_in", "lg_kq_in", "out_mode", "out_sf_t", "out_sf_k",
+          "lg_bm_out", "lg_kq_out"),
+    doc="Exact MXFP4 (e2m1, power-of-two scales) to e4m3 with coarser blocks; inexact blocks are reported through "
+        "a host-mapped error word (docs/SPEC.md §3.2).",
+)
+
+TRANSPOSE_WEIGHT_SF = OpContract(
+    op="transpose_weight_sf",
+    kernel="kernels.quant.transpose_weight_sf",
+    params=(Param("sf_dtype", ("float32",)),),
+    args=("inp", "out", "table", "err", "num_weights", "num_tasks", "lg_bs"),
+    doc="batched_transpose_weight_sf: fp32 power-of-two weight block scales of many weights to two packed UE8M0 "
+        "layouts, in one pointer-table launch (docs/SPEC.md §3.2).",
+)
+
+PER_BLOCK_CAST = OpContract(
+    op="per_block_cast",
+    kernel="kernels.quant.per_block_cast",
+    params=(Param("in_dtype", PLAIN_INPUTS), Param("fmt", ("e4m3", "e2m1"))),
+    args=("x", "out", "sf", "sf_bytes", "num_tokens", "hidden_div64", "x_stride_vec", "out_stride_unit", "block_m",
+          "block_k_lanes", "sf_mode", "sf_stride_t", "sf_stride_k", "round_sf", "precomputed", "write_data",
+          "clamp_min"),
+    doc="2-D block quantization of bf16 / fp32 to e4m3 / e2m1, with computed or precomputed scales, or the scales "
+        "only (docs/SPEC.md §3.2).",
+)
+
+
+E5M6_ENCODE_ARGS = ("x", "out", "sf", "sf_bytes", "num_tokens", "groups", "x_stride8", "out_stride", "sf_stride",
+                    "sf_mode", "round_sf", "clamp_min")
+E5M6_DECODE_ARGS = ("x", "out", "sf", "sf_bytes", "num_tokens", "groups", "x_stride", "out_stride8", "sf_stride",
+                    "sf_mode")
+E5M6_SF_FP32, E5M6_SF_UE8M0 = 0, 1  # the kernels' runtime scale-storage selector (sf_mode)
+
+E5M6 = OpContract(
+    op="e5m6",
+    kernel="kernels.quant.e5m6",
+    params=(Param("direction", ("encode", "decode")), Param("dtype", PLAIN_INPUTS)),
+    # encode (per_token_cast_to_e5m6) and decode (cast_back_e5m6) are two PrimFuncs with their own strides
+    args=lambda p: E5M6_ENCODE_ARGS if p["direction"] == "encode" else E5M6_DECODE_ARGS,
+    doc="v1's E5M6: one scale per token, 12-bit codes packed eight per three words (docs/SPEC.md §2.2).",
+)
+
+CONTRACTS = (PER_TOKEN_CAST, CAST, CAST_BACK, PER_BLOCK_CAST_LOSSLESS, TRANSPOSE_WEIGHT_SF, PER_BLOCK_CAST, E5M6)

@@ -7,11 +7,10 @@ tensor. Numerics: ``kernelkiln.torch.stochastic.cast_dtype`` (bit-exact oracle).
 import torch
 
 from kernelkiln._ops import checks
+from kernelkiln._ops.launch import launch
+from kernelkiln_contract.quant import CAST as CONTRACT
 
-from kernelkiln._runtime import launch
-
-OP = "cast"
-PARAM_NAMES = ("in_dtype", "out_dtype", "stochastic_rounding")
+OP = CONTRACT.op
 _NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float8_e4m3fn: "float8_e4m3fn"}
 STOCHASTIC_PAIRS = ((torch.float32, torch.bfloat16), (torch.float32, torch.float8_e4m3fn),
                     (torch.bfloat16, torch.float8_e4m3fn))
@@ -55,12 +54,12 @@ def cast(x, dtype, stochastic_rounding=False):
         return out
     if x.data_ptr() % 16:
         x = x.clone()  # a misaligned view (e.g. x[1:]): the kernel reads 16-byte vectors
-    values = (_NAMES[x.dtype], _NAMES[dtype], stochastic_rounding)
+    values = CONTRACT.key(in_dtype=_NAMES[x.dtype], out_dtype=_NAMES[dtype], stochastic_rounding=stochastic_rounding)
     xf, of = x.reshape(-1), out.reshape(-1)
     for start in range(0, n, CHUNK):
         count = min(CHUNK, n - start)
         quad = (start // 4) & 0xFFFFFFFF
         quad_base = quad - (1 << 32) if quad >= 1 << 31 else quad  # the same 32 bits, as an int32
-        launch(OP, PARAM_NAMES, values, x.device,
-               (xf[start:].data_ptr(), of[start:].data_ptr(), count, quad_base))
+        launch(CONTRACT, values, x.device, x=xf[start:].data_ptr(), out=of[start:].data_ptr(), n=count,
+               quad_base=quad_base)
     return out

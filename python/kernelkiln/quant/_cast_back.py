@@ -7,15 +7,17 @@ TMA-aligned column-major (not for per-channel g == 1, whose packed scales go alo
 import torch
 
 from kernelkiln._ops import checks
-from kernelkiln._ops.launch import has_variant
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import has_variant, launch
 from kernelkiln.quant import _per_token
+from kernelkiln_contract.quant import CAST_BACK as CONTRACT
+from kernelkiln_contract.quant import cast_back_per_channel
 
-OP = "cast_back"
-PARAM_NAMES = ("fmt", "out_dtype", "per_channel")
+OP = CONTRACT.op
 OUT_FORMATS = {"bf16": torch.bfloat16, "fp32": torch.float32}
 _OUT_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _SF_MODE = {torch.float32: 0, torch.float8_e4m3fn: 1, torch.int32: 2}  # kernels/quant/cast_back.py SF_*
+# the kernel's scale buffer of each storage (it reads the one sf_mode selects; the other two are passed as 0)
+_SF_BUFFER = {torch.float32: "sf", torch.float8_e4m3fn: "sf_e4m3", torch.int32: "sf_bytes"}
 _ROWS = 4  # kernels/quant/cast_back.py ROWS: per-channel blocks need gm % ROWS == 0
 _ceil_div = _per_token._ceil_div
 
@@ -81,12 +83,14 @@ def _run(data, sf, t, h, block, along_m, out):
     packed = sf.dtype == torch.int32
     st, sk = (4 * s0, 4 * s1) if packed else (s0, s1)
     shift_m, shift_k = ((2, 0) if along_m else (0, 2)) if packed else (0, 0)
-    ptrs = [0, 0, 0]
-    ptrs[_SF_MODE[sf.dtype]] = sf.data_ptr()
-    values = ("e2m1" if fp4 else "e4m3", _OUT_NAMES[out.dtype], g == 1)
-    args = (data.data_ptr(), out.data_ptr(), *ptrs, t, h // 64, data.stride(0) // (8 if fp4 else 16),
-            out.stride(0) // 16, gm, g, _SF_MODE[sf.dtype], st, sk, shift_m, shift_k)
-    launch(OP, PARAM_NAMES, values, data.device, args)
+    scales = dict.fromkeys(_SF_BUFFER.values(), 0)
+    scales[_SF_BUFFER[sf.dtype]] = sf.data_ptr()
+    values = CONTRACT.key(fmt="e2m1" if fp4 else "e4m3", out_dtype=_OUT_NAMES[out.dtype],
+                          per_channel=cast_back_per_channel(g))
+    launch(CONTRACT, values, data.device, x=data.data_ptr(), out=out.data_ptr(), **scales, num_tokens=t,
+           hidden_div64=h // 64, x_stride_unit=data.stride(0) // (8 if fp4 else 16),
+           out_stride_unit=out.stride(0) // 16, block_m=gm, block_k=g, sf_mode=_SF_MODE[sf.dtype], sf_stride_t=st,
+           sf_stride_k=sk, pack_shift_m=shift_m, pack_shift_k=shift_k)
 
 
 def cast_back(x, fmt, x_block_size, x_special_fmt=None):

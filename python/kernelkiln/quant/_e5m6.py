@@ -4,19 +4,19 @@ Reached publicly as ``per_token_cast(x, 'e5m6', H)`` and ``cast_back(x, fmt, (1,
 x_special_fmt='e5m6')`` (the dispatchers forward here), and as module-level functions.
 Data: packed uint8 ``[T, 3H/2]`` (three little-endian words per 8 values); scales: one per
 token, fp32 ``[T, 1]`` or packed UE8M0 int32 ``[T, 1]``, optionally TMA-aligned column-major.
-The amax floor is ``E5M6_CLAMP_MIN`` (kernelkiln.torch.quant_extra explains the choice).
+The amax floor is ``E5M6_CLAMP_MIN`` (kernelkiln._formats says why).
 """
 import torch
 
+from kernelkiln._formats import E5M6_CLAMP_MIN
 from kernelkiln._ops import checks
-
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.quant import _per_token
-from kernelkiln.torch.quant_extra import E5M6_CLAMP_MIN
+from kernelkiln_contract.quant import E5M6 as CONTRACT
+from kernelkiln_contract.quant import E5M6_SF_FP32 as SF_FP32
+from kernelkiln_contract.quant import E5M6_SF_UE8M0 as SF_UE8M0
 
-OP = "e5m6"
-PARAM_NAMES = ("direction", "dtype")
-SF_FP32, SF_UE8M0 = 0, 1  # kernels/quant/e5m6.py
+OP = CONTRACT.op
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
 _OUT = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -60,9 +60,10 @@ def per_token_cast_to_e5m6(x, num_per_channels, use_tma_aligned_col_major_sf=Fal
                                 kind == "ue8m0")
     if t:
         f32_ptr, byte_ptr, sf_stride, mode = _sf_args(sf)
-        launch(OP, PARAM_NAMES, ("encode", _DTYPES[x.dtype]), x.device,
-               (x.data_ptr(), q.data_ptr(), f32_ptr, byte_ptr, t, h // 8, x.stride(0) // 8, q.stride(0) // 4,
-                sf_stride, mode, int(round_sf), E5M6_CLAMP_MIN))
+        launch(CONTRACT, CONTRACT.key(direction="encode", dtype=_DTYPES[x.dtype]), x.device,
+               x=x.data_ptr(), out=q.data_ptr(), sf=f32_ptr, sf_bytes=byte_ptr, num_tokens=t, groups=h // 8,
+               x_stride8=x.stride(0) // 8, out_stride=q.stride(0) // 4, sf_stride=sf_stride, sf_mode=mode,
+               round_sf=int(round_sf), clamp_min=E5M6_CLAMP_MIN)
     return q, sf
 
 
@@ -94,9 +95,9 @@ def cast_back_e5m6(x, fmt, x_block_size):
     out = torch.empty((t, h), dtype=_OUT[fmt], device=data.device)
     if t:
         f32_ptr, byte_ptr, sf_stride, mode = _sf_args(sf)
-        launch(OP, PARAM_NAMES, ("decode", _DTYPES[out.dtype]), data.device,
-               (data.data_ptr(), out.data_ptr(), f32_ptr, byte_ptr, t, h // 8, data.stride(0) // 4, h // 8,
-                sf_stride, mode))
+        launch(CONTRACT, CONTRACT.key(direction="decode", dtype=_DTYPES[out.dtype]), data.device,
+               x=data.data_ptr(), out=out.data_ptr(), sf=f32_ptr, sf_bytes=byte_ptr, num_tokens=t, groups=h // 8,
+               x_stride=data.stride(0) // 4, out_stride8=h // 8, sf_stride=sf_stride, sf_mode=mode)
     return out
 
 

@@ -13,12 +13,12 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks, error_flags
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.quant._per_token import _sf_storage
 from kernelkiln.torch.quant_lossless import LosslessScaleError
+from kernelkiln_contract.quant import PER_BLOCK_CAST_LOSSLESS as CONTRACT
 
-OP = "per_block_cast_lossless"
-PARAM_NAMES = ("fmt",)
+OP = CONTRACT.op
 SF_FP32, SF_UE8M0 = 0, 1  # kernels/quant/per_block_cast_lossless.py
 ERR_SPREAD, ERR_NOT_POW2, ERR_WEIGHT_SF = 1, 2, 3
 BLOCK_ROWS = (1, 32, 128)
@@ -136,11 +136,12 @@ def per_block_cast_lossless(x, fmt, x_block_size, out_block_size, use_tma_aligne
     in_mode, in_t, in_k = _strides(sf)
     out_mode, out_t, out_k = _strides(osf)
     err = flag(dev)[0]
-    launch(OP, PARAM_NAMES, (fmt,), data.device,
-           (data.data_ptr(), q.data_ptr(), sf.data_ptr() if in_mode == SF_FP32 else 0,
-            sf.data_ptr() if in_mode == SF_UE8M0 else 0, osf.data_ptr() if out_mode == SF_FP32 else 0,
-            osf.data_ptr() if out_mode == SF_UE8M0 else 0, err.data_ptr(), t, h // 128, data.stride(0) // 16,
-            q.stride(0) // 16, in_mode, in_t, in_k, _lg(bi[0]), _lg(bi[1] // 32), out_mode, out_t, out_k,
-            _lg(bo[0]), _lg(bo[1] // 32)))
+    launch(CONTRACT, CONTRACT.key(fmt=fmt), data.device,
+           x=data.data_ptr(), out=q.data_ptr(), in_sf=sf.data_ptr() if in_mode == SF_FP32 else 0,
+           in_sfb=sf.data_ptr() if in_mode == SF_UE8M0 else 0, out_sf=osf.data_ptr() if out_mode == SF_FP32 else 0,
+           out_sfb=osf.data_ptr() if out_mode == SF_UE8M0 else 0, err=err.data_ptr(), num_tokens=t,
+           hidden_div128=h // 128, x_stride_q=data.stride(0) // 16, out_stride_q=q.stride(0) // 16, in_mode=in_mode,
+           in_sf_t=in_t, in_sf_k=in_k, lg_bm_in=_lg(bi[0]), lg_kq_in=_lg(bi[1] // 32), out_mode=out_mode,
+           out_sf_t=out_t, out_sf_k=out_k, lg_bm_out=_lg(bo[0]), lg_kq_out=_lg(bo[1] // 32))
     after_launch(dev)
     return q, osf

@@ -9,11 +9,11 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.quant._per_token import _alloc_q, _ceil_div, _sf_storage, _sf_strides
+from kernelkiln_contract.quant import PER_BLOCK_CAST as CONTRACT
 
-OP = "per_block_cast"
-PARAM_NAMES = ("in_dtype", "fmt")
+OP = CONTRACT.op
 FORMATS = ("e4m3", "e2m1")
 BLOCK_SIDES = (32, 128)
 _IN_DTYPES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
@@ -89,13 +89,14 @@ def _run(x, vec, q, sf, fmt, block, packed, round_sf, precomputed, write_data):
     gm, g = block
     unit = vec if fmt == "e4m3" else vec // 2
     sf_t, sf_k = _sf_strides(sf, packed)
-    values = (_IN_DTYPES[x.dtype], fmt)
+    values = CONTRACT.key(in_dtype=_IN_DTYPES[x.dtype], fmt=fmt)
     ptr_sf, ptr_bytes = (0, sf.data_ptr()) if packed else (sf.data_ptr(), 0)
     clamp = 0.0 if precomputed else config.get_amax_clamp_for_quant(fmt, False)
-    args = (x.data_ptr(), q.data_ptr() if q is not None else 0, ptr_sf, ptr_bytes, t, h // 64, x.stride(0) // vec,
-            (q.stride(0) // unit) if q is not None else 0, gm, g // vec, _SF_UE8M0 if packed else _SF_FP32,
-            sf_t, sf_k, int(round_sf), int(precomputed), int(write_data), clamp)
-    launch(OP, PARAM_NAMES, values, x.device, args)
+    launch(CONTRACT, values, x.device, x=x.data_ptr(), out=q.data_ptr() if q is not None else 0, sf=ptr_sf,
+           sf_bytes=ptr_bytes, num_tokens=t, hidden_div64=h // 64, x_stride_vec=x.stride(0) // vec,
+           out_stride_unit=(q.stride(0) // unit) if q is not None else 0, block_m=gm, block_k_lanes=g // vec,
+           sf_mode=_SF_UE8M0 if packed else _SF_FP32, sf_stride_t=sf_t, sf_stride_k=sf_k, round_sf=int(round_sf),
+           precomputed=int(precomputed), write_data=int(write_data), clamp_min=clamp)
 
 
 def per_block_cast(x, fmt, block_size, use_tma_aligned_col_major_sf=False, round_sf=False, use_packed_ue8m0=False,

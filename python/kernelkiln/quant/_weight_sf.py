@@ -9,12 +9,11 @@ host-mapped error word of ``_lossless`` (at the next call or ``kernelkiln.quant.
 import torch
 
 from kernelkiln._ops import checks
-
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.quant import _lossless
+from kernelkiln_contract.quant import TRANSPOSE_WEIGHT_SF as CONTRACT
 
-OP = "transpose_weight_sf"
-PARAM_NAMES = ("sf_dtype",)
+OP = CONTRACT.op
 BLOCK_SIZES = (32, 128)
 ROWS_PER_TASK = 16  # kernels/quant/transpose_weight_sf.py
 ALIGN_WORDS = 8  # 32 bytes
@@ -138,7 +137,7 @@ def batched_transpose_weight_sf(sf, block_size, transpose_sf1s, outs):
         raise ValueError(f"batched_transpose_weight_sf: {task} tasks exceed the int32 task index; split the call")
     table = _table(rows, device)
     err = _lossless.flag(device.index)[0]
-    launch(OP, PARAM_NAMES, ("float32",), device,
-           (in_base, out_base, table.data_ptr(), err.data_ptr(), len(rows), task, block_size.bit_length() - 1))
+    launch(CONTRACT, CONTRACT.key(sf_dtype="float32"), device, inp=in_base, out=out_base, table=table.data_ptr(),
+           err=err.data_ptr(), num_weights=len(rows), num_tasks=task, lg_bs=block_size.bit_length() - 1)
     _lossless.after_launch(device.index)
     return results
