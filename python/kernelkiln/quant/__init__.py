@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from kernelkiln.quant import _cast, _cast_back, _norm, _per_block, _per_channel, _per_channel_v1, _per_token, _swiglu_bwd
+from kernelkiln.quant import _cast, _cast_back, _e5m6, _norm, _per_block, _per_channel, _per_channel_v1, _per_token, _swiglu_bwd
 from kernelkiln.quant._cast_back import cast_back, per_token_cast_and_cast_back, per_token_cast_back  # noqa: F401
 from kernelkiln.quant._e5m6 import cast_back_e5m6, per_token_cast_to_e5m6  # noqa: F401  (v1 E5M6)
 from kernelkiln.quant._lossless import check_errors, per_block_cast_lossless  # noqa: F401
@@ -57,6 +57,9 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
     Same signature, semantics and outputs as tile_kernels 2.1 ``quant.per_token_cast``.
     Under ``torch.compile`` the call goes through the registered op ``kernelkiln::per_token_cast``.
     """
+    if fmt == "e5m6":  # v1's E5M6 path
+        return _e5m6.per_token_cast_dispatch(x, num_per_channels, x_block_size, use_tma_aligned_col_major_sf,
+                                             round_sf, use_packed_ue8m0, use_e4m3_sf, stochastic_cast, out)
     if torch.compiler.is_compiling() and out is None and not stochastic_cast:
         if x_block_size is None:
             return torch.ops.kernelkiln.per_token_cast(x, fmt, num_per_channels, use_tma_aligned_col_major_sf,

@@ -295,11 +295,8 @@ def _make_plan(x, fmt, g, col, round_sf, packed, e4m3sf):
 
 def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_col_major_sf=False,
                    round_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False, stochastic_cast=False, out=None):
-    """Quantize each row in blocks of ``num_per_channels`` channels; returns (data, sf)."""
-    if fmt == "e5m6":  # v1's E5M6 path (kernelkiln/quant/_e5m6.py)
-        from kernelkiln.quant._e5m6 import per_token_cast_dispatch
-        return per_token_cast_dispatch(x, num_per_channels, x_block_size, use_tma_aligned_col_major_sf, round_sf,
-                                       use_packed_ue8m0, use_e4m3_sf, stochastic_cast, out)
+    """Quantize each row in blocks of ``num_per_channels`` channels; returns (data, sf). (v1's fmt='e5m6' is
+    dispatched by the public kernelkiln.quant.per_token_cast to kernelkiln.quant._e5m6, which imports this module.)"""
     if out is None and x_block_size is None and stochastic_cast is False and type(x) is torch.Tensor and \
             (round_sf is True or round_sf is False) and (use_packed_ue8m0 is True or use_packed_ue8m0 is False) and \
             (use_e4m3_sf is True or use_e4m3_sf is False) and \
