@@ -1,4 +1,4 @@
-"""Opt-in JIT fallback (python/kernelkiln/_runtime/jit.py): off by default, lock + atomic publish, clear errors,
+"""Opt-in JIT fallback (python/kernelkiln/_jit.py): off by default, lock + atomic publish, clear errors,
 and one real build of a per_token_cast variant through the AOT pipeline when tilelang is installed."""
 import hashlib
 import importlib.util
@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelkiln._runtime import artifacts, jit, launcher
+from kernelkiln import _jit as jit
+from kernelkiln._runtime import artifacts, launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # build_tools, kernels
@@ -157,7 +158,7 @@ def test_missing_toolchain_is_reported(tmp_path, monkeypatch):
 def test_end_to_end_jit_build_of_one_variant(tmp_path):
     """The real pipeline in a subprocess; the calling process never imports tilelang/tvm. Lowering and nvcc
     results come from the shared build cache when present (a cold build of one variant takes ~10-20 s)."""
-    code = (f"import sys, json; from pathlib import Path; from kernelkiln._runtime import jit; "
+    code = (f"import sys, json; from pathlib import Path; from kernelkiln import _jit as jit; "
             f"e, d = jit.build({OP!r}, 'sm_90a', {NAMES!r}, {VALUES!r}, root=Path({str(tmp_path / 'jit')!r})); "
             f"print(json.dumps([e, str(d)])); "
             f"print([m for m in sys.modules if m.split('.')[0] in ('tilelang', 'tvm', 'tvm_ffi')])")

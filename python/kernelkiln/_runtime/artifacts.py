@@ -3,7 +3,8 @@
 Nothing is written at run time, so read-only installs work. Nothing is read at import: a
 kernel lookup parses only runtime/<op>.<arch>.json (index.json, the full build record, is read
 only by tools such as ``kernelkiln info`` and ``preload``). With KERNELKILN_JIT=1 a missing
-variant is built into a per-user cache instead of failing (kernelkiln._runtime.jit).
+variant is built into a per-user cache instead of failing (kernelkiln._jit, the JIT fallback: it lives
+outside the loader, which imports it only when it is switched on).
 """
 import contextlib
 import gc
@@ -13,12 +14,24 @@ import threading
 from pathlib import Path
 
 from kernelkiln._runtime import driver as drv
-from kernelkiln._runtime import jit
 from kernelkiln._runtime.launcher import CompiledKernel
 
 # compute capability -> the arch token our cubins are built for
 ARCH_OF_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a"}
 _DEFAULT_DIR = Path(__file__).resolve().parent.parent / "_kernels"
+
+
+def _jit():
+    """The JIT fallback module (kernelkiln._jit) when KERNELKILN_JIT=1, else None."""
+    if os.environ.get("KERNELKILN_JIT", "0") != "1":
+        return None
+    from kernelkiln import _jit as jit
+    return jit
+
+
+def _jit_cache_root():
+    from kernelkiln import _jit as jit
+    return jit.cache_root()
 
 
 class MissingSpecializationError(ValueError):
@@ -64,7 +77,7 @@ class KernelStore:
             with self._lock:
                 if self._index is None:
                     path = self.directory / "index.json"
-                    if not path.exists() and jit.enabled():  # everything on demand (e.g. a source checkout)
+                    if not path.exists() and _jit():  # everything on demand (e.g. a source checkout)
                         self._index = {"arches": [], "variants": []}
                         return self._index
                     if not path.exists():
@@ -117,7 +130,7 @@ class KernelStore:
             cc = (d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_index),
                   d.attribute(drv.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_index))
             arch = ARCH_OF_CAPABILITY.get(cc)
-            if arch is None or (arch not in self.arches() and not jit.enabled()):
+            if arch is None or (arch not in self.arches() and not _jit()):
                 raise UnsupportedDeviceError(
                     f"GPU {device_index} has compute capability {cc[0]}.{cc[1]}; this kernelkiln build has kernels for "
                     f"{self.arches()} (sm_90a = H100/H200, sm_100a = B200)")
@@ -134,7 +147,8 @@ class KernelStore:
         self._runtime_entries(op, arch)
         entry, directory = self._by_key.get((op, arch, frozenset(zip(param_names, values)))), self.directory
         if entry is None:
-            if not jit.enabled():
+            jit = _jit()
+            if jit is None:
                 raise self.missing(op, arch, param_names, values)
             # built by the AOT pipeline in a subprocess into the JIT cache (once per node, under a file
             # lock); CompiledKernel checks the cubin's sha256 against that store's index on load
@@ -164,7 +178,7 @@ class KernelStore:
             f"then build a wheel from the source tree: "
             f"KERNELKILN_MANIFEST=/path/to/manifest.toml pip wheel . --no-deps -w dist\n"
             f"or set KERNELKILN_JIT=1 (with tilelang and nvcc installed) to build missing variants on first use "
-            f"into {jit.cache_root()}")
+            f"into {_jit_cache_root()}")
 
 
 _store = None

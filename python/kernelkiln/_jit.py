@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-_PKG = Path(__file__).resolve().parent.parent  # .../kernelkiln
+_PKG = Path(__file__).resolve().parent  # .../kernelkiln
 
 
 class JitError(RuntimeError):
