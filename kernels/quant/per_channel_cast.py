@@ -39,39 +39,14 @@ stores (L1-bound, 44%).
 """
 from kernels.common.passes import THREAD_LEVEL
 
-OP = "per_channel_cast"
-PARAM_NAMES = ("in_dtype", "num_per_tokens", "sf_kind", "in_block", "rows")
-# Added for FP8 input and v1 per_channel_cast_fused; older manifests get the 2.1 bf16/fp32 kernel.
-PARAM_DEFAULTS = {"in_block": 0, "rows": "full"}
+# Declared in kernelkiln_contract.quant_fused (PER_CHANNEL_CAST): the compile-time parameters, their defaults and
+# constraints, and the launch-argument names below, which the build checks against this PrimFunc.
 PASS_CONFIGS = THREAD_LEVEL
 
 WARPS = 8
 GROUP = 4  # rows per thread held in registers at a time (loads in flight)
 MIN_BLOCKS = 3  # CTAs per SM: one CTA's loads overlap another's barrier and stores
 FMT_MAX = 448.0
-IN_DTYPES = ("bfloat16", "float32", "float8_e4m3fn")
-SF_KINDS = ("fp32", "ue8m0")
-TOKEN_BLOCKS = (32, 128)
-IN_BLOCKS = (32, 128)  # channels per input scale (e4m3 input)
-ROW_MODES = ("full", "tail", "gather")
-
-
-def invalid_reason(p):
-    """Why a parameter combination cannot be built, or None."""
-    if p["in_dtype"] not in IN_DTYPES:
-        return f"in_dtype must be one of {IN_DTYPES}"
-    if p["num_per_tokens"] not in TOKEN_BLOCKS:
-        return f"num_per_tokens must be one of {TOKEN_BLOCKS}"
-    if p["sf_kind"] not in SF_KINDS:
-        return f"sf_kind must be one of {SF_KINDS}"
-    if p["rows"] not in ROW_MODES:
-        return f"rows must be one of {ROW_MODES}"
-    if p["in_dtype"] == "float8_e4m3fn":
-        if p["in_block"] not in IN_BLOCKS:
-            return f"in_block must be one of {IN_BLOCKS} for e4m3 input"
-    elif p["in_block"] != 0:
-        return "in_block must be 0 for bf16/fp32 input"
-    return None
 
 
 def vec_of(in_dtype):

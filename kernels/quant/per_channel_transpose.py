@@ -21,8 +21,8 @@ out[c, t] with 16-byte global stores.
 """
 from kernels.common.passes import THREAD_LEVEL
 
-OP = "per_channel_transpose"
-PARAM_NAMES = ("prologue", "num_per_tokens", "transpose")
+# Declared in kernelkiln_contract.quant_fused (PER_CHANNEL_TRANSPOSE): prologue, gm and transpose, their
+# constraint, and the launch-argument names below, which the build checks against this PrimFunc.
 PASS_CONFIGS = THREAD_LEVEL
 
 WARPS = 8
@@ -30,21 +30,6 @@ VEC = 8  # bf16 per 16-byte load
 COLS = 32 * VEC  # columns per CTA
 GROUP = 4
 FMT_MAX = 448.0
-PROLOGUES = ("plain", "swiglu")
-TOKEN_BLOCKS = (32, 128)
-
-
-def invalid_reason(p):
-    """Why a parameter combination cannot be built, or None."""
-    if p["prologue"] not in PROLOGUES:
-        return f"prologue must be one of {PROLOGUES}"
-    if p["num_per_tokens"] not in TOKEN_BLOCKS:
-        return f"num_per_tokens must be one of {TOKEN_BLOCKS}"
-    if p["transpose"] not in (True, False):
-        return "transpose must be a bool"
-    if p["prologue"] == "plain" and not p["transpose"]:
-        return "the plain prologue is only built transposed (untransposed is per_channel_cast)"
-    return None
 
 
 def build(p, arch):

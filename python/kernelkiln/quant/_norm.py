@@ -9,11 +9,10 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.quant._per_token import _sf_storage
+from kernelkiln_contract.quant_fused import NORM_BACKWARD, NORM_FORWARD
 
-FWD_OP, FWD_PARAMS = "norm_forward", ("x_dtype", "out_kind")
-BWD_OP, BWD_PARAMS = "norm_backward", ("stage", "dtype")
 MAX_HIDDEN = 8192
 GROUP = 32
 # norm_backward's persistent grid: P = CTAS_PER_SM[x.dtype] * get_num_sms() partial rows; the
@@ -141,17 +140,19 @@ def _forward(x, weight, eps, residual, out_scale, y, residual_out, rstd, out_kin
     vec = _vec(x.dtype)
     xb, xt = _row_strides(x, vec)
     rb, rt = _row_strides(residual, vec) if residual is not None else (0, 0)
-    args = (x.data_ptr(), residual.data_ptr() if residual is not None else 0,
-            weight.data_ptr() if weight is not None else 0, y.data_ptr() if y is not None else 0,
-            residual_out.data_ptr() if residual_out is not None else 0, rstd.data_ptr() if rstd is not None else 0,
-            q.data_ptr() if q is not None else 0, sf.data_ptr() if sf is not None else 0,
-            t, b, x.shape[-1], xb, xt, rb, rt,
-            _flat_row_stride(y) // vec if y is not None else 0,
-            _flat_row_stride(residual_out) // vec if residual_out is not None else 0,
-            _flat_row_stride(q) // vec if q is not None else 0,
-            sf_strides[0], sf_strides[1], int(residual is not None), int(weight is not None), int(y is not None),
-            int(rstd is not None), int(round_sf), eps, out_scale, clamp)
-    launch(FWD_OP, FWD_PARAMS, (_NAMES[x.dtype], out_kind), x.device, args)
+    launch(NORM_FORWARD, NORM_FORWARD.key(x_dtype=_NAMES[x.dtype], out_kind=out_kind), x.device,
+           x=x.data_ptr(), residual=residual.data_ptr() if residual is not None else 0,
+           weight=weight.data_ptr() if weight is not None else 0, y=y.data_ptr() if y is not None else 0,
+           residual_out=residual_out.data_ptr() if residual_out is not None else 0,
+           rstd=rstd.data_ptr() if rstd is not None else 0, q=q.data_ptr() if q is not None else 0,
+           sf=sf.data_ptr() if sf is not None else 0, num_tokens=t, batch=b, hidden=x.shape[-1],
+           x_stride_b=xb, x_stride_t=xt, r_stride_b=rb, r_stride_t=rt,
+           y_stride=_flat_row_stride(y) // vec if y is not None else 0,
+           ro_stride=_flat_row_stride(residual_out) // vec if residual_out is not None else 0,
+           q_stride=_flat_row_stride(q) // vec if q is not None else 0,
+           sf_stride_t=sf_strides[0], sf_stride_k=sf_strides[1], has_residual=int(residual is not None),
+           has_weight=int(weight is not None), write_y=int(y is not None), write_rstd=int(rstd is not None),
+           round_sf=int(round_sf), eps=eps, out_scale=out_scale, clamp_min=clamp)
 
 
 def norm_forward(x, weight, eps, residual=None, out_scale=1.0, out=None, residual_out=None, with_rstd=False):
@@ -299,13 +300,15 @@ def norm_backward(out_grad, x, weight, rstd, residual_out_grad=None, out_scale=1
         return dx, wg
     p = norm_backward_num_partials(x.dtype)
     partial = torch.empty((p, h), dtype=torch.float32, device=x.device)
-    launch(BWD_OP, BWD_PARAMS, ("main", _NAMES[x.dtype]), x.device,
-           (out_grad.data_ptr(), x.data_ptr(), weight.data_ptr() if weight is not None else 0, rstd.data_ptr(),
-            residual_out_grad.data_ptr() if residual_out_grad is not None else 0, dx.data_ptr(), partial.data_ptr(),
-            t, h, p, out_grad.stride(0) // vec, x.stride(0) // vec,
-            residual_out_grad.stride(0) // vec if residual_out_grad is not None else 0, h // vec,
-            int(weight is not None), int(residual_out_grad is not None), out_scale))
+    launch(NORM_BACKWARD, NORM_BACKWARD.key(stage="main", dtype=_NAMES[x.dtype]), x.device,
+           dy=out_grad.data_ptr(), x=x.data_ptr(), weight=weight.data_ptr() if weight is not None else 0,
+           rstd=rstd.data_ptr(), rog=residual_out_grad.data_ptr() if residual_out_grad is not None else 0,
+           dx=dx.data_ptr(), partial=partial.data_ptr(), num_tokens=t, hidden=h, num_ctas=p,
+           dy_stride=out_grad.stride(0) // vec, x_stride=x.stride(0) // vec,
+           rog_stride=residual_out_grad.stride(0) // vec if residual_out_grad is not None else 0, dx_stride=h // vec,
+           has_weight=int(weight is not None), has_rog=int(residual_out_grad is not None), out_scale=out_scale)
     if wg is not None:
-        launch(BWD_OP, BWD_PARAMS, ("reduce", _NAMES[wg.dtype]), x.device,
-               (partial.data_ptr(), wg.data_ptr(), h, p, int(accumulate)))
+        launch(NORM_BACKWARD, NORM_BACKWARD.key(stage="reduce", dtype=_NAMES[wg.dtype]), x.device,
+               partial=partial.data_ptr(), weight_grad=wg.data_ptr(), hidden=h, num_partials=p,
+               accumulate=int(accumulate))
     return dx, wg

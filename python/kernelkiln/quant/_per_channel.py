@@ -14,10 +14,11 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
+from kernelkiln_contract.quant_fused import PER_CHANNEL_CAST as CONTRACT
+from kernelkiln_contract.quant_fused import per_channel_in_block, per_channel_rows
 
-OP = "per_channel_cast"
-PARAM_NAMES = ("in_dtype", "num_per_tokens", "sf_kind", "in_block", "rows")
+OP = CONTRACT.op
 FORMATS = ("e4m3",)
 TOKEN_BLOCKS = (32, 128)
 IN_BLOCKS = (32, 128)
@@ -103,20 +104,22 @@ def per_channel_cast(x, fmt, num_per_tokens, round_sf=False, num_per_channels=No
     t, h = data.shape
     if t == 0:
         return q, sf
-    values = (_DTYPE_NAME[data.dtype], num_per_tokens, "ue8m0" if use_packed_ue8m0 else "fp32",
-              num_per_channels if x_sf is not None else 0, "full")
+    values = CONTRACT.key(in_dtype=_DTYPE_NAME[data.dtype], num_per_tokens=num_per_tokens,
+                          sf_kind="ue8m0" if use_packed_ue8m0 else "fp32",
+                          in_block=per_channel_in_block(num_per_channels, x_sf is not None),
+                          rows=per_channel_rows(fused=False, gather=False))
     clamp = config.get_amax_clamp_for_quant("e4m3", False)
-    launch(OP, PARAM_NAMES, values, data.device,
-           _args(data, x_sf, None, q, sf, -(-t // num_per_tokens), round_sf, clamp, t))
+    launch(CONTRACT, values, data.device, **_args(data, x_sf, None, q, sf, -(-t // num_per_tokens), round_sf, clamp, t))
     return q, sf
 
 
 def _args(data, x_sf, pos, q, sf, token_blocks, round_sf, clamp, num_rows):
-    """PrimFunc-ordered launch arguments (kernels/quant/per_channel_cast.py)."""
+    """The launch arguments by name (kernels/quant/per_channel_cast.py)."""
     sf_t, sf_k = (x_sf.stride(0), x_sf.stride(1)) if x_sf is not None else (0, 0)
-    return (data.data_ptr(), q.data_ptr(), sf.data_ptr(), token_blocks, data.shape[1] // 128, int(round_sf), clamp,
-            x_sf.data_ptr() if x_sf is not None else 0, sf_t, sf_k, pos.data_ptr() if pos is not None else 0,
-            num_rows)
+    return dict(x=data.data_ptr(), out=q.data_ptr(), sf=sf.data_ptr(), num_token_blocks=token_blocks,
+                hidden_div128=data.shape[1] // 128, round_sf=int(round_sf), clamp_min=clamp,
+                x_sf=x_sf.data_ptr() if x_sf is not None else 0, x_sf_stride_t=sf_t, x_sf_stride_k=sf_k,
+                pos_to_token=pos.data_ptr() if pos is not None else 0, num_rows=num_rows)
 
 
 # ---- v1 per_channel_cast_fused -------------------------------------------------------------
@@ -169,9 +172,10 @@ def per_channel_cast_fused(x, fmt, num_per_tokens, round_sf=False, num_per_chann
         raise ValueError("pos_to_token needs a non-empty x to gather from (x has 0 rows)")
     # Source rows are not range-checked on the device (one sync would cost more than the op);
     # they must be -1 or in [0, T), as get_fused_mapping produces.
-    values = (_DTYPE_NAME[data.dtype], 128, "fp32", num_per_channels if x_sf is not None else 0,
-              "gather" if pos_to_token is not None else "tail")
+    values = CONTRACT.key(in_dtype=_DTYPE_NAME[data.dtype], num_per_tokens=128, sf_kind="fp32",
+                          in_block=per_channel_in_block(num_per_channels, x_sf is not None),
+                          rows=per_channel_rows(fused=True, gather=pos_to_token is not None))
     clamp = config.get_amax_clamp_for_quant("e4m3", False)
-    launch(OP, PARAM_NAMES, values, data.device,
-           _args(data, x_sf, pos_to_token, q, sf, -(-rows // 128), round_sf, clamp, rows))
+    launch(CONTRACT, values, data.device,
+           **_args(data, x_sf, pos_to_token, q, sf, -(-rows // 128), round_sf, clamp, rows))
     return q, sf

@@ -14,10 +14,10 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
+from kernelkiln_contract.quant_fused import PER_CHANNEL_TRANSPOSE as CONTRACT
 
-OP = "per_channel_transpose"
-PARAM_NAMES = ("prologue", "num_per_tokens", "transpose")
+OP = CONTRACT.op
 FORMATS = ("e4m3",)
 TOKEN_BLOCKS = (32, 128)
 
@@ -69,9 +69,10 @@ def _run(x, prologue, cols, num_per_tokens, transpose, round_sf, clamp_value):
         return q, sf
     clamp_min = config.get_amax_clamp_for_quant("e4m3", False)
     use_clamp = clamp_value is not None
-    launch(OP, PARAM_NAMES, (prologue, num_per_tokens, transpose), x.device,
-           (x.data_ptr(), q.data_ptr(), sf.data_ptr(), cols // 64, t // 128, int(round_sf), int(use_clamp),
-            float(clamp_value) if use_clamp else 0.0, clamp_min))
+    launch(CONTRACT, CONTRACT.key(prologue=prologue, num_per_tokens=num_per_tokens, transpose=transpose), x.device,
+           x=x.data_ptr(), out=q.data_ptr(), sf=sf.data_ptr(), cols_div64=cols // 64, tokens_div128=t // 128,
+           round_sf=int(round_sf), use_clamp=int(use_clamp), clamp_value=float(clamp_value) if use_clamp else 0.0,
+           clamp_min=clamp_min)
     return q, sf
 
 

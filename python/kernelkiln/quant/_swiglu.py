@@ -12,12 +12,12 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.quant import _per_token
+from kernelkiln_contract.quant_fused import SWIGLU_FORWARD as CONTRACT
+from kernelkiln_contract.quant_fused import swiglu_forward_rows
 
-OP = "swiglu_forward"
-PARAM_NAMES = ("in_dtype", "fmt", "num_per_channels", "sf_kind", "rows")
-ROWS = 4  # rows per thread (the value the default manifest builds)
+OP = CONTRACT.op
 _IN_DTYPES = (torch.bfloat16, torch.float32)
 _IN_NAMES = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
 QUANT_FORMATS = ("e4m3",)
@@ -81,17 +81,21 @@ def _run(x, n, hidden, vec, out, sf, fmt_name, g, sf_kind, psum, topk_weights, r
     if n == 0:
         return
     sf_t, sf_k = _per_token._sf_strides(sf, sf_kind == "ue8m0") if sf is not None else (0, 0)
-    values = (_IN_NAMES[x.dtype], fmt_name, g, sf_kind, ROWS)
+    values = CONTRACT.key(in_dtype=_IN_NAMES[x.dtype], fmt=fmt_name, num_per_channels=g, sf_kind=sf_kind,
+                          rows=swiglu_forward_rows())
     rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
     clamp_min = config.get_amax_clamp_for_quant("e4m3", False) if sf is not None else 0.0
-    args = (x.data_ptr(), out.data_ptr(), sf.data_ptr() if sf is not None else 0,
-            psum.data_ptr() if psum is not None else 0, topk_weights.data_ptr() if topk_weights is not None else 0,
-            clamped_count.data_ptr() if clamped_count is not None else 0,
-            n, hidden // 64, x.stride(0) // vec, psum.shape[0] if psum is not None else 0,
-            config.get_token_alignment(), int(topk_weights is not None), rsf, int(clamp_value is not None),
-            float(clamp_value) if clamp_value is not None else 0.0, int(clamped_count is not None),
-            sf_t, sf_k, int(round_sf), clamp_min)
-    launch(OP, PARAM_NAMES, values, x.device, args)
+    launch(CONTRACT, values, x.device,
+           x=x.data_ptr(), out=out.data_ptr(), sf=sf.data_ptr() if sf is not None else 0,
+           psum=psum.data_ptr() if psum is not None else 0,
+           weights=topk_weights.data_ptr() if topk_weights is not None else 0,
+           counts=clamped_count.data_ptr() if clamped_count is not None else 0,
+           num_rows=n, hidden_div64=hidden // 64, x_stride_vec=x.stride(0) // vec,
+           num_experts=psum.shape[0] if psum is not None else 0, alignment=config.get_token_alignment(),
+           with_weight=int(topk_weights is not None), rsf=rsf, use_clamp=int(clamp_value is not None),
+           clamp_value=float(clamp_value) if clamp_value is not None else 0.0,
+           count_clamp=int(clamped_count is not None), sf_stride_t=sf_t, sf_stride_k=sf_k, round_sf=int(round_sf),
+           clamp_min=clamp_min)
 
 
 def swiglu_forward_and_per_token_cast(x, fmt, num_per_channels, psum_num_tokens_per_expert=None, topk_weights=None,

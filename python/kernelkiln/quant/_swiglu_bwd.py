@@ -15,11 +15,11 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.quant import _per_token, _swiglu
+from kernelkiln_contract.quant_fused import SWIGLU_BACKWARD as CONTRACT
 
-OP = "swiglu_backward"
-PARAM_NAMES = ("x_dtype", "grad_dtype", "fmt", "num_per_channels", "sf_kind")
+OP = CONTRACT.op
 QUANT_FORMATS = ("e4m3",)
 CHANNEL_BLOCKS = (32, 128)
 FLOAT_FORMATS = {"bf16": (torch.bfloat16, "bfloat16"), "fp32": (torch.float32, "float32")}
@@ -72,20 +72,24 @@ def _run(x2, x_sf, dy, n, hidden, fmt_name, g, sf_kind, x_grad, q, sf, weight_gr
     if n == 0:
         return
     sf_t, sf_k = _per_token._sf_strides(sf, sf_kind == "ue8m0") if sf is not None else (0, 0)
-    values = (_NAMES[x2.dtype], _NAMES[dy.dtype], fmt_name, g, sf_kind)
+    values = CONTRACT.key(x_dtype=_NAMES[x2.dtype], grad_dtype=_NAMES[dy.dtype], fmt=fmt_name, num_per_channels=g,
+                          sf_kind=sf_kind)
     rsf = 1.0 if routed_scaling_factor is None else float(routed_scaling_factor)
     clamp_min = config.get_amax_clamp_for_quant("e4m3", False) if sf is not None else 0.0
 
     def ptr(t):
         return t.data_ptr() if t is not None else 0
 
-    args = (ptr(x2), ptr(x_sf), ptr(dy), ptr(topk_weights), ptr(psum), ptr(x_grad), ptr(q), ptr(sf),
-            ptr(weight_grad), ptr(act_out), n, hidden // 64, x2.stride(0) * x2.element_size() // 16,
-            dy.stride(0) * dy.element_size() // 16, x_sf.stride(0) if x_sf is not None else 0,
-            psum.shape[0] if psum is not None else 0, config.get_token_alignment(), int(topk_weights is not None),
-            rsf, int(clamp_value is not None), float(clamp_value) if clamp_value is not None else 0.0,
-            int(act_out is not None), sf_t, sf_k, int(round_sf), clamp_min)
-    launch(OP, PARAM_NAMES, values, x2.device, args)
+    launch(CONTRACT, values, x2.device,
+           x=ptr(x2), x_sf=ptr(x_sf), act_x_grad=ptr(dy), weights=ptr(topk_weights), psum=ptr(psum),
+           x_grad=ptr(x_grad), q=ptr(q), sf=ptr(sf), weight_grad=ptr(weight_grad), act_out=ptr(act_out),
+           num_rows=n, hidden_div64=hidden // 64, x_stride_u=x2.stride(0) * x2.element_size() // 16,
+           dy_stride_u=dy.stride(0) * dy.element_size() // 16,
+           x_sf_stride=x_sf.stride(0) if x_sf is not None else 0, num_experts=psum.shape[0] if psum is not None else 0,
+           alignment=config.get_token_alignment(), with_weight=int(topk_weights is not None), rsf=rsf,
+           use_clamp=int(clamp_value is not None), clamp_value=float(clamp_value) if clamp_value is not None else 0.0,
+           do_recompute=int(act_out is not None), sf_stride_t=sf_t, sf_stride_k=sf_k, round_sf=int(round_sf),
+           clamp_min=clamp_min)
 
 
 def _check_quant(x, act_x_grad, fmt, num_per_channels, psum, topk_weights, routed_scaling_factor,
