@@ -6,17 +6,8 @@ compile-time parameter; selection is K rounds of redux.max over ``order_key`` of
 from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401  (re-exported to the routers)
 
 WARPS_PER_CTA = 4
-MAX_EXPERTS_PER_LANE = 16
 PHYSICAL_HASH = 23333  # EPLB replica choice: (ep_rank + token * 23333) % logical_count[e]
 EPS = 1e-20  # added to the weight normalization sum
-
-
-def experts_per_lane_problem(p):
-    """Why ``p["experts_per_lane"]`` cannot be built, or None."""
-    epl = p["experts_per_lane"]
-    if not (isinstance(epl, int) and 1 <= epl <= MAX_EXPERTS_PER_LANE):
-        return f"experts_per_lane must be in 1..{MAX_EXPERTS_PER_LANE}"
-    return None
 
 
 def order_key(x):

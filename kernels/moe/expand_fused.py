@@ -12,19 +12,12 @@ Compile-time: vec_bytes. Runtime: sizes, strides, K, whether scales are copied.
 """
 from kernels.common.passes import THREAD_LEVEL
 
-OP = "expand_to_fused"
-PARAM_NAMES = ("vec_bytes",)
+# Declared in kernelkiln_contract.moe (EXPAND_TO_FUSED): the copy unit (16, 4 or 1 bytes) and the rule that picks it,
+# and the launch-argument names below, which the build checks against this PrimFunc.
 PASS_CONFIGS = THREAD_LEVEL
-VEC_CHOICES = (16, 4, 1)
 THREADS = 128
 MAXC = 8  # units per thread and segment: 16 KB of a 16-byte-unit row per CTA in flight
 PAD_ROWS = 16  # padding slots per zeroing CTA
-
-
-def invalid_reason(p):
-    if p["vec_bytes"] not in VEC_CHOICES:
-        return f"vec_bytes must be one of {VEC_CHOICES}"
-    return None
 
 
 def build(p, arch):

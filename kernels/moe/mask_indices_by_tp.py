@@ -8,16 +8,9 @@ as the reference's on int64 inputs; for narrower dtypes every kept value fits th
 """
 from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401
 
-OP = "mask_indices_by_tp"
-PARAM_NAMES = ("dtype",)
-DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+# Declared in kernelkiln_contract.moe (MASK_INDICES_BY_TP): the index dtypes, and the launch-argument names below,
+# which the build checks against this PrimFunc.
 THREADS = 256
-
-
-def invalid_reason(p):
-    if p["dtype"] not in DTYPES:
-        return f"dtype must be one of {DTYPES}"
-    return None
 
 
 def build(p, arch):

@@ -19,29 +19,21 @@ score b = s + bias (image_bias for image tokens; no bias: b = s).
 Non-finite logits of a routed row do not trap: the row becomes -1 / 0 and the token goes to ``err``
 (host-mapped), as in topk_gate. Every option is a runtime flag; the only compile-time parameter is EPL.
 """
-from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits are this op's own too)
+from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS is this op's own too)
     EPS,
-    MAX_EXPERTS_PER_LANE,
     PASS_CONFIGS,
     PHYSICAL_HASH,
     WARPS_PER_CTA,
-    experts_per_lane_problem,
     lane_row_loader,
     lane_sort,
     order_key,
 )
 
-OP = "moe_topk_gate"
-PARAM_NAMES = ("experts_per_lane",)
+# Declared in kernelkiln_contract.moe (MOE_TOPK_GATE): experts per lane (ceil(E / 32)), and the launch-argument
+# names below, which the build checks against this PrimFunc.
+
 # flags
 MASK, FIX, MAP, UNMAPPED, VEC4, BIAS, IMAGE, RANDOM, SCORES = 1, 2, 4, 8, 16, 32, 64, 128, 256
-
-
-def invalid_reason(p):
-    problem = experts_per_lane_problem(p)
-    if problem:
-        return problem
-    return None
 
 
 def build(p, arch):

@@ -17,19 +17,15 @@ The result is deterministic (fixed summation order) but not bit-identical to the
 sums run in torch's order; the tests compare within 1e-5 relative. Compile-time: EPL only.
 """
 from kernels.common.passes import THREAD_LEVEL
-from kernels.common.routing import EPS, WARPS_PER_CTA, experts_per_lane_problem, lane_row_loader
+from kernels.common.routing import EPS, WARPS_PER_CTA, lane_row_loader
 
-OP = "moe_topk_gate_backward"
-PARAM_NAMES = ("experts_per_lane",)
+# Declared in kernelkiln_contract.moe (MOE_TOPK_GATE_BACKWARD): experts per lane (ceil(E / 32)), and the
+# launch-argument names below, which the build checks against this PrimFunc.
 AUX, VEC4 = 1, 2  # flags
 # The shared row is private to its warp: __syncwarp orders it, not TileLang's CTA-wide barriers.
 PASS_CONFIGS = {**THREAD_LEVEL, "tl.disable_thread_storage_sync": True}
 # sqrt_softplus_grad's polynomial for u = s*s < 1 (highest degree first), as python/kernelkiln/torch/moe_router.py
 POLY = (0.000129130945, -0.00130112655, 0.00827621203, -0.041647464, 0.166663632, -0.499999821)
-
-
-def invalid_reason(p):
-    return experts_per_lane_problem(p)
 
 
 def build(p, arch):

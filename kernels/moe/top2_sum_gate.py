@@ -45,28 +45,19 @@ flags (uniform branches), so the only compile-time parameter is EPL = ceil(E / 3
 Non-finite logits or bias of an active token do not trap: the row's indices become
 -1 and the token is recorded in ``err`` (host-mapped memory), as in topk_gate.
 """
-from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS and the limits are this op's own too)
+from kernels.common.routing import (  # noqa: F401  (PASS_CONFIGS is this op's own too)
     EPS,
-    MAX_EXPERTS_PER_LANE,
     PASS_CONFIGS,
     PHYSICAL_HASH,
     WARPS_PER_CTA,
-    experts_per_lane_problem,
     lane_row_loader,
     lane_sort,
     order_key,
 )
 
-OP = "top2_sum_gate"
-PARAM_NAMES = ("experts_per_lane",)
+# Declared in kernelkiln_contract.moe (TOP2_SUM_GATE): experts per lane (ceil(E / 32)), and the launch-argument
+# names below, which the build checks against this PrimFunc.
 COMPACT_EPL = 8  # the experts-per-lane value that gets the kept-group compaction
-
-
-def invalid_reason(p):
-    problem = experts_per_lane_problem(p)
-    if problem:
-        return problem
-    return None
 
 
 def build(p, arch):

@@ -7,14 +7,8 @@ below it is a repeat. Any id value is compared exactly (no bitmask over num_grou
 """
 from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401
 
-OP = "inplace_unique_group_indices"
-PARAM_NAMES = ("threads",)
-
-
-def invalid_reason(p):
-    if p["threads"] not in (128, 256):
-        return "threads must be 128 or 256"
-    return None
+# Declared in kernelkiln_contract.moe (INPLACE_UNIQUE_GROUP_INDICES): the CTA size, and the launch-argument names
+# below, which the build checks against this PrimFunc.
 
 
 def build(p, arch):

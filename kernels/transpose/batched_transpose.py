@@ -28,8 +28,8 @@ Each thread moves ``vectors_per_thread`` 16-byte vectors in and out, so the CTA
 has tile_bytes / 16 / vectors_per_thread threads. Fewer, fuller threads mean
 more bytes in flight per thread and smaller CTAs, whose barrier waits on fewer
 loads (the 256-thread fp32 CTAs of 4 vectors reached only 61-73% of copy
-bandwidth on the H200; see python/kernelkiln/transpose/_transpose.py:VECTORS for
-the measured choice per width).
+bandwidth on the H200; see kernelkiln_contract.transpose:TUNED_VECTORS for the
+measured choice per width).
 
 Compile-time: element width, the load width and vectors per thread. Runtime:
 batch count, M, N, the input's row and batch strides (one cubin serves every
@@ -37,28 +37,11 @@ shape) and the tile order (``m_fast``: consecutive CTAs walk M instead of N).
 """
 from kernels.common.passes import THREAD_LEVEL
 
-OP = "batched_transpose"
-PARAM_NAMES = ("elem_bytes", "wide_loads", "vectors_per_thread")
+# Declared in kernelkiln_contract.transpose (BATCHED_TRANSPOSE): element width, load width and the tuned vectors per
+# thread, the rules that pick them, and the launch-argument names below, which the build checks against this PrimFunc.
 PASS_CONFIGS = THREAD_LEVEL
 TILE = 64
-# 16-byte vectors per thread, the H200-measured choice per element width; it must match
-# python/kernelkiln/transpose/_transpose.py:VECTORS (the measurements are there). Only these
-# variants are valid, so a manifest need not name the parameter (PARAM_DEFAULTS fills it in).
-TUNED_VECTORS = {1: 4, 2: 4, 4: 8}
-PARAM_DEFAULTS = {"vectors_per_thread": sorted(set(TUNED_VECTORS.values()))}
 STORAGE = {1: "uint8", 2: "uint16", 4: "uint32"}
-
-
-def invalid_reason(p):
-    if p["elem_bytes"] not in STORAGE:
-        return f"elem_bytes must be one of {sorted(STORAGE)}"
-    if not isinstance(p["wide_loads"], bool):
-        return "wide_loads must be a bool"
-    if p["elem_bytes"] == 4 and not p["wide_loads"]:
-        return "fp32 loads of 4 elements are 16 bytes already: use wide_loads=True"
-    if p["vectors_per_thread"] != TUNED_VECTORS[p["elem_bytes"]]:
-        return f"vectors_per_thread for elem_bytes={p['elem_bytes']} is {TUNED_VECTORS[p['elem_bytes']]} (tuned)"
-    return None
 
 
 def threads_for(elem_bytes, vectors_per_thread):

@@ -7,7 +7,8 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import _raw_stream, store
+from kernelkiln._ops.launch import kernel, raw_stream
+from kernelkiln_contract.selftest import SELFTEST_TMA_COPY as CONTRACT
 
 COLS = 256
 
@@ -22,6 +23,9 @@ def tma_copy(src):
     dst = torch.empty_like(src)
     if src.shape[0]:
         index = src.device.index
-        kernel = store().kernel("selftest_tma_copy", ("dtype",), ("float32",), index)
-        kernel.launch(index, _raw_stream(index), kernel.bind(src, dst), config.get_pdl())
+        k = kernel(CONTRACT, CONTRACT.key(dtype="float32"), index)
+        # the tensors themselves, by name: bind() reads the row count (the buffers' shape symbol) from them, which
+        # launch(), taking data pointers, cannot
+        tensors = {"src": src, "dst": dst}
+        k.launch(index, raw_stream(index), k.bind(*(tensors[n] for n in k.arg_names)), config.get_pdl())
     return dst

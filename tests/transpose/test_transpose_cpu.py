@@ -39,3 +39,22 @@ def test_fake_tensor_shapes():
     with FakeTensorMode():
         y = torch.ops.kernelkiln.batched_transpose(torch.empty(8, 128, 64, dtype=torch.bfloat16, device="cuda"))
         assert y.shape == (8, 64, 128) and y.is_contiguous()
+
+
+@pytest.mark.parametrize("elem_bytes", [1, 2, 4])
+def test_default_manifest_builds_the_variants_the_runtime_picks(elem_bytes):
+    """For each element width, the variants that the contract's rules (which the runtime calls) select, with 16-byte
+    loads and without, are built by the default manifest."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # build_tools
+    from build_tools import manifest
+    from kernelkiln_contract.transpose import BATCHED_TRANSPOSE, transpose_vectors, transpose_wide_loads
+
+    keys = {v.key for v in manifest.load(manifest.default_manifest_path())[1]}
+    # an aligned base and strides, a base 4 elements off, a row stride of 4 more elements than a 16-byte multiple
+    for ptr, row_stride in ((1 << 20, 512), ((1 << 20) + 4 * elem_bytes, 512), (1 << 20, 516)):
+        values = dict(elem_bytes=elem_bytes, wide_loads=transpose_wide_loads(elem_bytes, ptr, row_stride, 0),
+                      vectors_per_thread=transpose_vectors(elem_bytes))
+        assert BATCHED_TRANSPOSE.invalid_reason(values) is None
+        assert manifest.Variant("batched_transpose", tuple(values.items())).key in keys

@@ -9,14 +9,18 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.moe._top2_sum import _int
+from kernelkiln_contract.moe import ID_HISTOGRAM as HIST_CONTRACT
+from kernelkiln_contract.moe import INPLACE_UNIQUE_GROUP_INDICES as UNIQUE_CONTRACT
+from kernelkiln_contract.moe import MASK_INDICES_BY_TP as MASK_CONTRACT
 
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-HIST_OP, HIST_THREADS, MAX_SHARED_BINS = "id_histogram", 256, 4096  # kernels/moe/id_histogram.py
+HIST_THREADS, MAX_SHARED_BINS = 256, 4096  # kernels/moe/id_histogram.py
+HIST_OP = HIST_CONTRACT.op
 HIST_FREQ, HIST_DIRECT = 1, 2
 HIST_ELEMS_PER_THREAD = 8  # below this many ids per thread, fewer CTAs (each one flushes B bins)
-UNIQUE_OP, UNIQUE_THREADS = "inplace_unique_group_indices", 256
+UNIQUE_OP, UNIQUE_THREADS = UNIQUE_CONTRACT.op, 256
 MAX_UNIQUE_COLS = 32  # a warp holds whole rows
 INT32_MAX = 2**31 - 1
 
@@ -41,9 +45,9 @@ def mask_indices_by_tp(indices, n, num_ep_ranks, tp_rank, num_tp_ranks):
         return out
     checks.cuda("indices", indices)
     per_gpu = n // num_ep_ranks
-    launch("mask_indices_by_tp", ("dtype",), (str(indices.dtype).removeprefix("torch."),), indices.device,
-           (indices.data_ptr(), out.data_ptr(), t * k, k, indices.stride(0), per_gpu, per_gpu * num_tp_ranks,
-            num_tp_ranks, tp_rank))
+    launch(MASK_CONTRACT, MASK_CONTRACT.key(dtype=str(indices.dtype).removeprefix("torch.")), indices.device,
+           indices=indices.data_ptr(), out=out.data_ptr(), numel=t * k, num_cols=k, row_stride=indices.stride(0),
+           per_gpu=per_gpu, per_dp=per_gpu * num_tp_ranks, num_tp_ranks=num_tp_ranks, tp_rank=tp_rank)
     return out
 
 
@@ -61,9 +65,10 @@ def _histogram(name, ids, num_bins, freq=None, scale=0, den=0.0):
     ctas = max(1, min(-(-numel // (HIST_THREADS * HIST_ELEMS_PER_THREAD)), 2 * config.get_device_num_sms(ids.device)))
     per_cta = -(-numel // ctas)
     flags = (HIST_FREQ if freq is not None else 0) | (HIST_DIRECT if num_bins > MAX_SHARED_BINS else 0)
-    launch(HIST_OP, ("threads",), (HIST_THREADS,), ids.device,
-           (ids.data_ptr(), counts.data_ptr(), (freq if freq is not None else counts).data_ptr(), numel, k,
-            ids.stride(0), num_bins, per_cta, ctas, scale, den, flags))
+    launch(HIST_CONTRACT, HIST_CONTRACT.key(threads=HIST_THREADS), ids.device,
+           ids=ids.data_ptr(), counts=counts.data_ptr(), freq=(freq if freq is not None else counts).data_ptr(),
+           numel=numel, num_cols=k, row_stride=ids.stride(0), num_bins=num_bins, per_cta=per_cta, num_ctas=ctas,
+           scale=scale, den=den, flags=flags)
     return counts[:num_bins]
 
 
@@ -94,5 +99,6 @@ def inplace_unique_group_indices(group_indices, num_groups):
     checks.cuda("group_indices", group_indices)
     rows_per_warp = 32 // k
     ctas = -(-t // (rows_per_warp * (UNIQUE_THREADS // 32)))
-    launch(UNIQUE_OP, ("threads",), (UNIQUE_THREADS,), group_indices.device,
-           (group_indices.data_ptr(), t, k, group_indices.stride(0), rows_per_warp, ctas))
+    launch(UNIQUE_CONTRACT, UNIQUE_CONTRACT.key(threads=UNIQUE_THREADS), group_indices.device,
+           ids=group_indices.data_ptr(), num_rows=t, num_cols=k, row_stride=group_indices.stride(0),
+           rows_per_warp=rows_per_warp, num_ctas=ctas)

@@ -7,11 +7,17 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
+from kernelkiln._runtime import launch as _launch_positional
+from kernelkiln_contract.moe import EXPAND_TO_FUSED as EXP_CONTRACT
+from kernelkiln_contract.moe import REDUCE_FUSED as RED_CONTRACT
+from kernelkiln_contract.moe import REDUCE_FUSED_PAIRS, expand_vec_bytes
 
+# get_fused_mapping has no contract yet: its three stages are three PrimFuncs with different parameters, which one
+# OpContract.args cannot declare, so it still launches by position from the kernel module's declaration.
 MAP_OP, MAP_PARAMS = "get_fused_mapping", ("stage", "threads")
-EXP_OP, EXP_PARAMS = "expand_to_fused", ("vec_bytes",)
-RED_OP, RED_PARAMS = "reduce_fused", ("in_dtype", "out_dtype")
+EXP_OP = EXP_CONTRACT.op
+RED_OP = RED_CONTRACT.op
 MAX_EXPERTS = 512
 PAD_ROWS = 16
 RED_DTYPES = {torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float8_e4m3fn: "float8_e4m3fn"}
@@ -71,16 +77,16 @@ def get_fused_mapping(topk_idx, num_experts, num_expanded_tokens, alignment, for
     numel = t * k
     chunk = _align(-(-numel // (groups * (th // 32))), 32)
     cnt = torch.empty((groups * num_experts,), **i32)
-    launch(MAP_OP, MAP_PARAMS, ("count", th), device,
-           (topk_idx.data_ptr(), pos_to_expert.data_ptr(), pos_to_token.data_ptr(), pos_to_token_topk.data_ptr(),
-            cnt.data_ptr(), numel, num_experts, n, chunk, groups))
-    launch(MAP_OP, MAP_PARAMS, ("scan", th), device,
-           (cnt.data_ptr(), expert_start.data_ptr(), expert_end.data_ptr(), ntpe.data_ptr(), num_experts, groups,
-            alignment))
-    launch(MAP_OP, MAP_PARAMS, ("place", th), device,
-           (topk_idx.data_ptr(), token_topk_to_pos.data_ptr(), pos_to_expert.data_ptr(), pos_to_token.data_ptr(),
-            pos_to_token_topk.data_ptr(), cnt.data_ptr(), expert_start.data_ptr(), numel, k, num_experts, n, chunk,
-            groups))
+    _launch_positional(MAP_OP, MAP_PARAMS, ("count", th), device,
+                       (topk_idx.data_ptr(), pos_to_expert.data_ptr(), pos_to_token.data_ptr(),
+                        pos_to_token_topk.data_ptr(), cnt.data_ptr(), numel, num_experts, n, chunk, groups))
+    _launch_positional(MAP_OP, MAP_PARAMS, ("scan", th), device,
+                       (cnt.data_ptr(), expert_start.data_ptr(), expert_end.data_ptr(), ntpe.data_ptr(), num_experts,
+                        groups, alignment))
+    _launch_positional(MAP_OP, MAP_PARAMS, ("place", th), device,
+                       (topk_idx.data_ptr(), token_topk_to_pos.data_ptr(), pos_to_expert.data_ptr(),
+                        pos_to_token.data_ptr(), pos_to_token_topk.data_ptr(), cnt.data_ptr(), expert_start.data_ptr(),
+                        numel, k, num_experts, n, chunk, groups))
     listed = []
     if should_sync:  # the only host synchronization: when the caller gave no size
         listed = ntpe.tolist()
@@ -92,13 +98,6 @@ def get_fused_mapping(topk_idx, num_experts, num_expanded_tokens, alignment, for
 
 
 # ---------------------------------------------------------------- expand_to_fused(_with_sf)
-
-def _vec_bytes(row_bytes, *tensors_and_strides):
-    for vb in (16, 4, 1):
-        if row_bytes % vb == 0 and all(v % vb == 0 for v in tensors_and_strides):
-            return vb
-    return 1
-
 
 def check_expand(x, token_topk_to_pos, pos_to_expert):
     if not isinstance(x, torch.Tensor):
@@ -124,17 +123,17 @@ def _expand(x, token_topk_to_pos, pos_to_expert, sf=None, out_sf=None):
     checks.cuda("x", x)
     es = x.element_size()
     row_bytes = h * es
-    vb = _vec_bytes(row_bytes, x.stride(0) * es, x.data_ptr(), out.data_ptr())
-    units = row_bytes // vb
-    if sf is None:
-        sf_args = (0, 0, 0, 0, 0, 0, 0)
+    vb = expand_vec_bytes(row_bytes, x.stride(0) * es, x.data_ptr(), out.data_ptr())
+    if sf is None:  # sf_cols = 0: no scales are copied
+        scales = dict(x_sf=0, out_sf=0, sf_cols=0, x_sf_stride_t=0, x_sf_stride_k=0, out_sf_stride_n=0,
+                      out_sf_stride_k=0)
     else:
-        sf_args = (sf.data_ptr(), out_sf.data_ptr(), sf.shape[1], sf.stride(0), sf.stride(1), out_sf.stride(0),
-                   out_sf.stride(1))
-    launch(EXP_OP, EXP_PARAMS, (vb,), x.device,
-           (x.data_ptr(), out.data_ptr(), token_topk_to_pos.data_ptr(), pos_to_expert.data_ptr(), sf_args[0],
-            sf_args[1], t, token_topk_to_pos.shape[1], n, units, x.stride(0) * es // vb) + sf_args[2:]
-           + (-(-n // PAD_ROWS),))
+        scales = dict(x_sf=sf.data_ptr(), out_sf=out_sf.data_ptr(), sf_cols=sf.shape[1], x_sf_stride_t=sf.stride(0),
+                      x_sf_stride_k=sf.stride(1), out_sf_stride_n=out_sf.stride(0), out_sf_stride_k=out_sf.stride(1))
+    launch(EXP_CONTRACT, EXP_CONTRACT.key(vec_bytes=vb), x.device,
+           x=x.data_ptr(), out=out.data_ptr(), token_topk_to_pos=token_topk_to_pos.data_ptr(),
+           pos_to_expert=pos_to_expert.data_ptr(), num_tokens=t, num_topk=token_topk_to_pos.shape[1], num_expanded=n,
+           row_units=row_bytes // vb, x_stride_units=x.stride(0) * es // vb, pad_ctas=-(-n // PAD_ROWS), **scales)
     return out
 
 
@@ -205,9 +204,7 @@ def check_reduce(x, topk_weights, token_topk_to_pos, fp8_format, sf, out):
         checks.tensor("sf", sf, (torch.float32,))
         if sf.numel() != 1:
             raise ValueError(f"sf must hold one fp32 value, got shape {tuple(sf.shape)}")
-    if (RED_DTYPES[x.dtype], RED_DTYPES[out_dtype]) not in {
-            ("bfloat16", "bfloat16"), ("float32", "float32"), ("bfloat16", "float8_e4m3fn"),
-            ("float32", "float8_e4m3fn"), ("float8_e4m3fn", "float8_e4m3fn")}:
+    if (RED_DTYPES[x.dtype], RED_DTYPES[out_dtype]) not in REDUCE_FUSED_PAIRS:
         raise TypeError(f"x dtype {x.dtype} with fp8_format {fp8_format!r} is not supported")
     if out is not None:
         checks.tensor("out", out, (out_dtype,), ndim=2)
@@ -230,8 +227,10 @@ def reduce_fused(x, topk_weights, token_topk_to_pos, fp8_format="", sf=None, out
         return out
     checks.cuda("x", x)
     ve = 16 // x.element_size()
-    launch(RED_OP, RED_PARAMS, (RED_DTYPES[x.dtype], RED_DTYPES[out_dtype]), x.device,
-           (x.data_ptr(), 0 if topk_weights is None else topk_weights.data_ptr(), token_topk_to_pos.data_ptr(),
-            out.data_ptr(), 0 if sf is None else sf.data_ptr(), 0 if x_sf is None else x_sf.data_ptr(),
-            t, k, n, h // ve, int(topk_weights is not None), int(x_sf is not None), int(sf is not None)))
+    launch(RED_CONTRACT, RED_CONTRACT.key(in_dtype=RED_DTYPES[x.dtype], out_dtype=RED_DTYPES[out_dtype]), x.device,
+           x=x.data_ptr(), topk_weights=0 if topk_weights is None else topk_weights.data_ptr(),
+           token_topk_to_pos=token_topk_to_pos.data_ptr(), out=out.data_ptr(), sf=0 if sf is None else sf.data_ptr(),
+           x_sf=0 if x_sf is None else x_sf.data_ptr(), num_tokens=t, num_topk=k, num_expanded=n,
+           hidden_chunks=h // ve, has_weights=int(topk_weights is not None), has_x_sf=int(x_sf is not None),
+           has_sf=int(sf is not None))
     return out

@@ -2,11 +2,10 @@
 import torch
 
 from kernelkiln._ops import checks
+from kernelkiln._ops.launch import launch
+from kernelkiln_contract.moe import NORMALIZE_WEIGHT as CONTRACT
 
-from kernelkiln._runtime import launch
-
-OP = "normalize_weight"
-PARAM_NAMES = ("threads",)
+OP = CONTRACT.op
 THREADS = 128
 MAX_TOPK = 32
 
@@ -32,7 +31,7 @@ def normalize_weight(topk_weights):
     checks.cuda("topk_weights", topk_weights)
     shift = (k - 1).bit_length()  # G = 2**shift lanes per row
     ctas = -(-(t << shift) // THREADS)
-    launch(OP, PARAM_NAMES, (THREADS,), device,
-           (topk_weights.data_ptr(), denominator.data_ptr(), out.data_ptr(), t, k, topk_weights.stride(0), shift,
-            ctas))
+    launch(CONTRACT, CONTRACT.key(threads=THREADS), device,
+           w=topk_weights.data_ptr(), denominator=denominator.data_ptr(), out=out.data_ptr(), num_tokens=t,
+           num_topk=k, w_stride=topk_weights.stride(0), group_shift=shift, num_ctas=ctas)
     return denominator, out

@@ -10,17 +10,18 @@ are skipped like -1. Its inputs must be contiguous.
 import torch
 
 from kernelkiln._ops import checks
-
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.moe import _topk
 from kernelkiln.moe._top2_sum import _int, _physical_map, _token_mask, _unmapped_idx
+from kernelkiln_contract.moe import MOE_TOPK_GATE as CONTRACT
+from kernelkiln_contract.moe import MOE_TOPK_GATE_BACKWARD as BWD_CONTRACT
+from kernelkiln_contract.moe import experts_per_lane
 
-OP = "moe_topk_gate"
-PARAM_NAMES = ("experts_per_lane",)
+OP = CONTRACT.op
 MAX_EXPERTS = 512
 WARP = 32
 MASK, FIX, MAP, UNMAPPED, VEC4, BIAS, IMAGE, RANDOM, SCORES = 1, 2, 4, 8, 16, 32, 64, 128, 256
-BWD_OP = "moe_topk_gate_backward"  # kernels/moe/moe_topk_gate_backward.py; same PARAM_NAMES
+BWD_OP = BWD_CONTRACT.op
 BWD_AUX, BWD_VEC4 = 1, 2
 
 
@@ -110,15 +111,18 @@ def moe_topk_gate_forward(logits, num_topk, use_shared_as_routed, num_shared_exp
         if tensor is not None:
             flags |= bit
         ptrs.append(dummy if tensor is None else tensor.data_ptr())
-    epl = -(-e // WARP)
+    epl = experts_per_lane(e)
     if epl % 4 == 0 and logits.data_ptr() % 16 == 0:
         flags |= VEC4
     un_stride = unmapped_topk_idx.stride(0) if unmapped_topk_idx is not None else 0
     bias_p, ibias_p, imask_p, mask_p, fix_p, rand_p, map_p, cnt_p, un_p, sc_p = ptrs
-    launch(OP, PARAM_NAMES, (epl,), device,
-           (logits.data_ptr(), bias_p, ibias_p, imask_p, mask_p, fix_p, rand_p, map_p, cnt_p, un_p, sc_p,
-            idx.data_ptr(), weights.data_ptr(), _topk._flag(dev)[0].data_ptr(),
-            t, e, e // 4, num_topk, s, float(routed_scaling_factor), ep_rank, d, e + s, un_stride, flags))
+    launch(CONTRACT, CONTRACT.key(experts_per_lane=epl), device,
+           logits=logits.data_ptr(), bias=bias_p, image_bias=ibias_p, image_mask=imask_p, mask=mask_p, fix_mask=fix_p,
+           rand_mask=rand_p, to_physical_map=map_p, logical_count=cnt_p, unmapped=un_p, scores=sc_p,
+           topk_idx=idx.data_ptr(), topk_weights=weights.data_ptr(), err=_topk._flag(dev)[0].data_ptr(),
+           num_tokens=t, num_experts=e, experts_div4=e // 4, num_topk=num_topk, num_shared=s,
+           routed_scaling_factor=float(routed_scaling_factor), ep_rank=ep_rank, map_cols=d, num_logical=e + s,
+           unmapped_stride=un_stride, flags=flags)
     if _topk._sync_checks[0] and not torch.cuda.is_current_stream_capturing():
         torch.cuda.current_stream(dev).synchronize()
         _topk._raise_pending(dev)
@@ -179,13 +183,15 @@ def moe_topk_gate_backward(scores, topk_idx, topk_weights, grad_topk_weights, ro
     flags = 0
     if mask is not None:
         flags |= BWD_AUX
-    epl = -(-e // WARP)
+    epl = experts_per_lane(e)
     if epl % 4 == 0 and e % 4 == 0 and scores.data_ptr() % 16 == 0 and grad.data_ptr() % 16 == 0:
         flags |= BWD_VEC4
     dummy = scores.data_ptr()  # stands in for the absent aux inputs (never read: the flag says so)
-    launch(BWD_OP, PARAM_NAMES, (epl,), scores.device,
-           (scores.data_ptr(), topk_idx.data_ptr(), topk_weights.data_ptr(), grad_topk_weights.data_ptr(),
-            dummy if mask is None else mask.data_ptr(), dummy if mask is None else grad_scores_sum.data_ptr(),
-            grad.data_ptr(), t, e, e // 4, topk_idx.shape[1], float(routed_scaling_factor),
-            t // grad_scores_sum.shape[0] if mask is not None else 1, flags))
+    launch(BWD_CONTRACT, BWD_CONTRACT.key(experts_per_lane=epl), scores.device,
+           scores=scores.data_ptr(), topk_idx=topk_idx.data_ptr(), topk_weights=topk_weights.data_ptr(),
+           grad_topk_weights=grad_topk_weights.data_ptr(), mask=dummy if mask is None else mask.data_ptr(),
+           grad_scores_sum=dummy if mask is None else grad_scores_sum.data_ptr(), out=grad.data_ptr(),
+           num_tokens=t, num_experts=e, experts_div4=e // 4, num_topk=topk_idx.shape[1],
+           routed_scaling_factor=float(routed_scaling_factor),
+           tokens_per_seq=t // grad_scores_sum.shape[0] if mask is not None else 1, flags=flags)
     return grad

@@ -7,12 +7,12 @@ becomes -1 / 0 and NonFiniteScoresError is raised by the next routing call or
 import torch
 
 from kernelkiln._ops import checks
-
-from kernelkiln._runtime import launch
+from kernelkiln._ops.launch import launch
 from kernelkiln.moe import _topk
+from kernelkiln_contract.moe import TOP2_SUM_GATE as CONTRACT
+from kernelkiln_contract.moe import experts_per_lane
 
-OP = "top2_sum_gate"
-PARAM_NAMES = ("experts_per_lane",)
+OP = CONTRACT.op
 SCORING = {"sigmoid": 0, "sqrtsoftplus": 1}
 MAX_EXPERTS = 512
 WARP = 32
@@ -107,7 +107,7 @@ def check(logits, bias, num_topk, num_topk_groups, num_groups, use_shared_as_rou
         if num_topk > num_topk_groups * per_group:
             raise ValueError(f"num_topk ({num_topk}) exceeds the experts of the kept groups "
                              f"({num_topk_groups} x {per_group})")
-        epl = -(-e // WARP)
+        epl = experts_per_lane(e)
         lanes = per_group // epl if per_group % epl == 0 else 0
         if num_groups != num_topk_groups and (lanes == 0 or lanes & (lanes - 1)):
             raise ValueError(f"group layout not supported: experts per group ({per_group}) must be a power-of-two "
@@ -148,7 +148,7 @@ def top2_sum_gate(logits, bias, num_topk, num_topk_groups, num_groups, use_share
     checks.cuda("logits", logits)
     dev = device.index
     _topk._raise_pending(dev)
-    epl = -(-e // WARP)
+    epl = experts_per_lane(e)
     flags = 0
     dummy = idx.data_ptr()  # stands in for absent optional buffers (never read: flags say so)
     ptr = {"mask": dummy, "fix": dummy, "map": dummy, "count": dummy, "un": dummy}
@@ -173,12 +173,14 @@ def top2_sum_gate(logits, bias, num_topk, num_topk_groups, num_groups, use_share
         flags |= COMPACT
     grouped = num_groups and num_groups != num_topk_groups
     lpg_shift = ((e // num_groups) // epl).bit_length() - 1 if grouped else 0
-    launch(OP, PARAM_NAMES, (epl,), device,
-           (logits.data_ptr(), bias.data_ptr(), ptr["mask"], ptr["fix"], ptr["map"], ptr["count"], ptr["un"],
-            idx.data_ptr(), weights.data_ptr(), _topk._flag(dev)[0].data_ptr(),
-            t, e, e // 4, num_topk, num_groups, num_topk_groups, lpg_shift, s, float(routed_scaling_factor),
-            ep_rank, (e + d - 1) // num_ep_ranks, tp_rank, num_tp_ranks, d, un_stride, SCORING[scoring_func],
-            flags))
+    launch(CONTRACT, CONTRACT.key(experts_per_lane=epl), device,
+           logits=logits.data_ptr(), bias=bias.data_ptr(), mask=ptr["mask"], fix_mask=ptr["fix"],
+           to_physical_map=ptr["map"], logical_count=ptr["count"], unmapped=ptr["un"], topk_idx=idx.data_ptr(),
+           topk_weights=weights.data_ptr(), err=_topk._flag(dev)[0].data_ptr(), num_tokens=t, num_experts=e,
+           experts_div4=e // 4, num_topk=num_topk, num_groups=num_groups, num_topk_groups=num_topk_groups,
+           lpg_shift=lpg_shift, num_shared=s, routed_scaling_factor=float(routed_scaling_factor), ep_rank=ep_rank,
+           experts_per_rank=(e + d - 1) // num_ep_ranks, tp_rank=tp_rank, num_tp_ranks=num_tp_ranks, map_cols=d,
+           unmapped_stride=un_stride, scoring=SCORING[scoring_func], flags=flags)
     if _topk._sync_checks[0] and not torch.cuda.is_current_stream_capturing():
         torch.cuda.current_stream(dev).synchronize()
         _topk._raise_pending(dev)

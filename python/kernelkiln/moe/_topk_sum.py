@@ -2,11 +2,10 @@
 import torch
 
 from kernelkiln._ops import checks
+from kernelkiln._ops.launch import launch
+from kernelkiln_contract.moe import TOPK_SUM_AND_TOPK_GROUP_IDX as CONTRACT
 
-from kernelkiln._runtime import launch
-
-OP = "topk_sum_and_topk_group_idx"
-PARAM_NAMES = ("threads",)
+OP = CONTRACT.op
 THREADS = 128
 MAX_GROUPS = 32  # one lane (at least) per group
 
@@ -43,6 +42,7 @@ def topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups):
     checks.cuda("scores", scores)
     lpg_shift = (MAX_GROUPS // g).bit_length() - 1  # lanes per group: the largest power of two <= 32 / G
     vec4 = int(epg % 4 == 0 and scores.data_ptr() % 16 == 0)  # rows are then 16-byte aligned too
-    launch(OP, PARAM_NAMES, (THREADS,), scores.device,
-           (scores.data_ptr(), out.data_ptr(), t, g, epg, num_topk_sum, num_topk_groups, lpg_shift, vec4))
+    launch(CONTRACT, CONTRACT.key(threads=THREADS), scores.device,
+           scores=scores.data_ptr(), out=out.data_ptr(), num_tokens=t, num_groups=g, experts_per_group=epg,
+           num_topk_sum=num_topk_sum, num_topk_groups=num_topk_groups, lpg_shift=lpg_shift, vec4=vec4)
     return out

@@ -8,20 +8,17 @@ whenever the strides and the base address allow them.
 import torch
 
 from kernelkiln._ops import checks
+from kernelkiln._ops.launch import launch
+from kernelkiln_contract.transpose import BATCHED_TRANSPOSE as CONTRACT
+from kernelkiln_contract.transpose import transpose_vectors, transpose_wide_loads
 
-from kernelkiln._runtime import launch
-
-OP = "batched_transpose"
-PARAM_NAMES = ("elem_bytes", "wide_loads", "vectors_per_thread")
+OP = CONTRACT.op
 DTYPES = (torch.float8_e4m3fn, torch.bfloat16, torch.float32)
 TILE = 64
 MAX_GRID_YZ = 65535  # CUDA limit of gridDim.y / gridDim.z (M / 64 or N / 64, and B)
-# Per element width: 16-byte vectors per thread (the built variant; must match the kernel's TUNED_VECTORS) and whether
-# consecutive CTAs walk M (m_fast: they fill the same output rows) or N. Chosen on the H200 (one run, copy
-# ceiling 4.24 TB/s; [8,7168,4096] / [8,2048,7168] / [16384,7168]): fp32 4 vectors (256 threads) 55/66/67%,
-# 8 vectors (128 threads) 79/84/83%, 8 + m_fast 80/85/85%, 16 vectors 77-82%; bf16 4 vectors 72/80/78%,
-# + m_fast 73/81/81%, 8 or 16 vectors 69-73%; e4m3 4 vectors 88/88/81%, + m_fast 86/88/77%, 8 vectors 79-86%.
-VECTORS = {1: 4, 2: 4, 4: 8}
+# Per element width: whether consecutive CTAs walk M (m_fast: they fill the same output rows) or N, a runtime
+# argument. Chosen on the H200 together with the vectors per thread (the measurements are in
+# kernelkiln_contract.transpose, beside TUNED_VECTORS).
 M_FAST = {1: False, 2: True, 4: True}
 
 
@@ -51,17 +48,17 @@ def _run(x3):
     checks.cuda("x", x3)
     eb = x3.element_size()
     checks.aligned("x", x3, 4 * eb)
-    sv = 16 // eb
     sm, sb = x3.stride(1), x3.stride(0)
     if b == 1:
         sb = 0  # never used; a size-1 batch's stride is arbitrary
     # 16-byte loads when every row start is 16-byte aligned; otherwise 4-element loads.
-    wide = eb == 4 or (x3.data_ptr() % 16 == 0 and sm % sv == 0 and sb % sv == 0)
-    lv = sv if wide else 4
+    wide = transpose_wide_loads(eb, x3.data_ptr(), sm, sb)
+    lv = 16 // eb if wide else 4
     m_fast = M_FAST[eb] and n // TILE <= MAX_GRID_YZ  # N / 64 then is gridDim.y
-    tiles = (m // TILE, n // TILE) if m_fast else (n // TILE, m // TILE)
-    launch(OP, PARAM_NAMES, (eb, wide, VECTORS[eb]), x3.device,
-           (x3.data_ptr(), y.data_ptr(), b, *tiles, sm // lv, sb // lv, int(m_fast)))
+    tiles_x, tiles_y = (m // TILE, n // TILE) if m_fast else (n // TILE, m // TILE)
+    launch(CONTRACT, CONTRACT.key(elem_bytes=eb, wide_loads=wide, vectors_per_thread=transpose_vectors(eb)),
+           x3.device, x=x3.data_ptr(), y=y.data_ptr(), num_batches=b, tiles_x=tiles_x, tiles_y=tiles_y,
+           x_stride_m=sm // lv, x_stride_b=sb // lv, m_fast=int(m_fast))
     return y
 
 
