@@ -23,7 +23,8 @@ def child():
     import torch
 
     import kernelkiln
-    from kernelkiln._runtime import _raw_stream, store
+    from kernelkiln._ops.launch import raw_stream as _raw_stream
+    from kernelkiln._runtime import store
     from kernelkiln._ops.outputs import RowOutputs
     from kernelkiln.quant import _per_token
 
@@ -110,7 +111,7 @@ def _lean_per_token_cast(dk, x, shim, kptr, alloc="two"):
     of one fp32 allocation; "none": into preallocated outputs (the `out=` floor)."""
     import torch
 
-    from kernelkiln._runtime import _raw_stream
+    from kernelkiln._ops.launch import raw_stream as _raw_stream
     dev, fp8, f32 = x.device, torch.float8_e4m3fn, torch.float32
     pack, pick, grid = dk.packed.pack, dk.pick, dk.grid
 
@@ -142,7 +143,7 @@ def _lean_plan_per_token_cast(kernel, x):
     launcher that packs only the per-call values (interleaved with it, this is the A/B of those two pieces)."""
     import torch
 
-    from kernelkiln._runtime import _raw_stream
+    from kernelkiln._ops.launch import raw_stream as _raw_stream
     from kernelkiln._ops.outputs import RowOutputs
     from kernelkiln.quant import _per_token
     fixed = dict(hidden_div64=112, x_stride_vec=896, out_stride_unit=896, sf_stride_t=56, sf_stride_k=1, round_sf=0,
@@ -166,7 +167,8 @@ def _lean_topk_gate(scores):
     """topk_gate's least Python: one allocation and the launcher (no key lookup, error-word read or checks)."""
     import torch
 
-    from kernelkiln._runtime import _raw_stream, store
+    from kernelkiln._ops.launch import raw_stream as _raw_stream
+    from kernelkiln._runtime import store
     from kernelkiln.moe import _topk
     kernel = store().kernel(_topk.OP, _topk.CONTRACT.param_names,
                             _topk.CONTRACT.variant(experts_per_lane=8, vector_loads=True), 0)

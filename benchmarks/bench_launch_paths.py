@@ -16,7 +16,8 @@ def child():
     import torch
 
     import kernelkiln
-    from kernelkiln._runtime import _raw_stream, launcher, store
+    from kernelkiln._ops.launch import raw_stream as _raw_stream
+    from kernelkiln._runtime import launcher, store
     from kernelkiln.moe import _topk
     scores = torch.randn(128, 256, device="cuda")
     x = torch.randn(128, 7168, device="cuda", dtype=torch.bfloat16)
@@ -39,7 +40,8 @@ def _per_token_cast_breakdown(x):
     """Where per_token_cast's host time goes at T = 128: its parts timed alone, same loop."""
     import torch
 
-    from kernelkiln._runtime import _raw_stream, store
+    from kernelkiln._ops.launch import raw_stream as _raw_stream
+    from kernelkiln._runtime import store
     from kernelkiln.quant import _per_token
     t, h = x.shape
     dev = x.device

@@ -16,7 +16,6 @@ strides, most flags) is a runtime argument, so one variant serves many calls.
 import hashlib
 import importlib
 import itertools
-import re
 import sys
 import tomllib
 from dataclasses import dataclass
@@ -32,24 +31,8 @@ import kernelkiln_contract  # noqa: E402
 CONTRACTS = kernelkiln_contract.CONTRACTS
 
 
-def _legacy_kernel_modules():
-    """Kernel modules of ops that have no contract yet, found by their OP / PARAM_NAMES lines (to be removed once
-    every op is declared in kernelkiln_contract)."""
-    root = Path(__file__).resolve().parent.parent / "kernels"
-    found = {}
-    for path in sorted(root.glob("*/*.py")):
-        text = path.read_text()
-        m = re.search(r'^OP = "([a-z0-9_]+)"$', text, re.M)
-        if m and m.group(1) not in CONTRACTS and re.search(r"^PARAM_NAMES = ", text, re.M):
-            module = f"kernels.{path.parent.name}.{path.stem}"
-            if m.group(1) in found:
-                raise RuntimeError(f"op {m.group(1)!r} is defined by both {found[m.group(1)]} and {module}")
-            found[m.group(1)] = module
-    return found
-
-
 # op name -> kernel module: every declared op's contract names its module
-KERNEL_MODULES = {**{op: c.kernel for op, c in CONTRACTS.items()}, **_legacy_kernel_modules()}
+KERNEL_MODULES = {op: c.kernel for op, c in CONTRACTS.items()}
 SUPPORTED_ARCHES = ("sm_90a", "sm_100a")
 
 
@@ -101,12 +84,9 @@ def load(path):
 
 
 def _declaration(op):
-    """(parameter names, defaults, invalid_reason) of an op: from its contract, or (not yet declared) its module."""
-    contract = CONTRACTS.get(op)
-    if contract is not None:
-        return contract.param_names, contract.defaults, contract.invalid_reason
-    mod = kernel_module(op)
-    return tuple(mod.PARAM_NAMES), getattr(mod, "PARAM_DEFAULTS", {}), mod.invalid_reason
+    """(parameter names, defaults, invalid_reason) of an op, from its contract."""
+    contract = CONTRACTS[op]
+    return contract.param_names, contract.defaults, contract.invalid_reason
 
 
 def param_names(op):

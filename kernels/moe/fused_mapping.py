@@ -22,8 +22,8 @@ undersized num_expanded_tokens) are not written (token_topk_to_pos still holds t
 
 Compile-time: stage and THREADS (256 for E <= 256, 512 for E <= 512). Runtime: everything else.
 """
-OP = "get_fused_mapping"
-PARAM_NAMES = ("stage", "threads")
+# Declared in kernelkiln_contract.moe (GET_FUSED_MAPPING): the stage and the CTA size, and each stage's
+# launch-argument names, which the build checks against the three PrimFuncs below.
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
@@ -32,25 +32,7 @@ PASS_CONFIGS = {
     # would insert there are unsafe. Every shared-memory hazard here has an explicit barrier.
     "tl.disable_thread_storage_sync": True,
 }
-STAGES = ("count", "scan", "place")
-THREAD_CHOICES = (256, 512)
 SCAN_BATCH = 16  # cnt loads in flight per thread in the scan stage
-
-
-def threads_for(num_experts):
-    """CTA size of the peer: the power of two >= E, at least 256."""
-    n = 256
-    while n < num_experts:
-        n *= 2
-    return n
-
-
-def invalid_reason(p):
-    if p["stage"] not in STAGES:
-        return f"stage must be one of {STAGES}"
-    if p["threads"] not in THREAD_CHOICES:
-        return f"threads must be one of {THREAD_CHOICES}"
-    return None
 
 
 def build(p, arch):

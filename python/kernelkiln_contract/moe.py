@@ -164,6 +164,30 @@ INPLACE_UNIQUE_GROUP_INDICES = OpContract(
     doc="Every later repeat of an id within a row becomes -1, in place (docs/SPEC.md §3.1).",
 )
 
-CONTRACTS = (TOPK_GATE, MOE_TOPK_GATE, MOE_TOPK_GATE_BACKWARD, TOP2_SUM_GATE, TOPK_SUM_AND_TOPK_GROUP_IDX,
+
+def fused_mapping_threads(num_experts):
+    """CTA size of get_fused_mapping's kernels: 256 threads for up to 256 experts, 512 beyond (up to 512)."""
+    return 256 if num_experts <= 256 else 512
+
+
+_FUSED_MAPPING_ARGS = {
+    "count": ("topk_idx", "pos_to_expert", "pos_to_token", "pos_to_token_topk", "cnt", "numel", "num_experts",
+              "num_expanded", "chunk", "num_ctas"),
+    "scan": ("cnt", "expert_start", "expert_end", "num_tokens_per_expert", "num_experts", "num_groups", "alignment"),
+    "place": ("topk_idx", "token_topk_to_pos", "pos_to_expert", "pos_to_token", "pos_to_token_topk", "cnt",
+              "expert_start", "numel", "num_topk", "num_experts", "num_expanded", "chunk", "num_ctas"),
+}
+
+GET_FUSED_MAPPING = OpContract(
+    op="get_fused_mapping",
+    kernel="kernels.moe.fused_mapping",
+    params=(Param("stage", tuple(_FUSED_MAPPING_ARGS)), Param("threads", (256, 512))),
+    # three stages (count per CTA, scan, place), three PrimFuncs with their own arguments
+    args=lambda p: _FUSED_MAPPING_ARGS[p["stage"]],
+    select={"threads": fused_mapping_threads},
+    doc="v1's dispatch mapping: token-expert pairs to expert-contiguous slots, deterministic (docs/SPEC.md §3.1).",
+)
+
+CONTRACTS = (TOPK_GATE, GET_FUSED_MAPPING, MOE_TOPK_GATE, MOE_TOPK_GATE_BACKWARD, TOP2_SUM_GATE, TOPK_SUM_AND_TOPK_GROUP_IDX,
              NORMALIZE_WEIGHT, EXPAND_TO_FUSED, REDUCE_FUSED, MASK_INDICES_BY_TP, ID_HISTOGRAM,
              INPLACE_UNIQUE_GROUP_INDICES)

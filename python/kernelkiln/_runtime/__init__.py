@@ -9,19 +9,6 @@ from kernelkiln import config
 from kernelkiln._runtime.artifacts import MissingSpecializationError, UnsupportedDeviceError, store  # noqa: F401
 from kernelkiln._runtime.driver import DriverError  # noqa: F401
 
-try:  # the raw-stream accessor compilers use: ~0.1 us instead of ~7 us for current_stream()
-    _raw_stream = torch._C._cuda_getCurrentRawStream
-except AttributeError:  # pragma: no cover - older/newer torch without the private accessor
-    def _raw_stream(index):
-        return torch.cuda.current_stream(index).cuda_stream
-
-
-def launch(op, param_names, values, device, args):
-    """Launch the precompiled (op, values) variant on ``device`` with PrimFunc-ordered ``args``."""
-    index = device.index
-    kernel = store().kernel(op, param_names, values, index)
-    kernel.launch(index, _raw_stream(index), args, pdl=config.get_pdl())
-
 
 def preload(ops=None, device=None):
     """Load the modules of every built variant (of ``ops``) on ``device`` now.

@@ -8,14 +8,12 @@ import torch
 from kernelkiln import config
 from kernelkiln._ops import checks
 from kernelkiln._ops.launch import launch
-from kernelkiln._runtime import launch as _launch_positional
 from kernelkiln_contract.moe import EXPAND_TO_FUSED as EXP_CONTRACT
+from kernelkiln_contract.moe import GET_FUSED_MAPPING as MAP_CONTRACT
 from kernelkiln_contract.moe import REDUCE_FUSED as RED_CONTRACT
-from kernelkiln_contract.moe import REDUCE_FUSED_PAIRS, expand_vec_bytes
+from kernelkiln_contract.moe import REDUCE_FUSED_PAIRS, expand_vec_bytes, fused_mapping_threads
 
-# get_fused_mapping has no contract yet: its three stages are three PrimFuncs with different parameters, which one
-# OpContract.args cannot declare, so it still launches by position from the kernel module's declaration.
-MAP_OP, MAP_PARAMS = "get_fused_mapping", ("stage", "threads")
+MAP_OP = MAP_CONTRACT.op
 EXP_OP = EXP_CONTRACT.op
 RED_OP = RED_CONTRACT.op
 MAX_EXPERTS = 512
@@ -73,20 +71,22 @@ def get_fused_mapping(topk_idx, num_experts, num_expanded_tokens, alignment, for
     expert_start, expert_end, ntpe = (torch.empty((num_experts,), **i32) for _ in range(3))
     checks.cuda("topk_idx", topk_idx)
     groups = config.get_num_sms()
-    th = 256 if num_experts <= 256 else 512
+    th = fused_mapping_threads(num_experts)
     numel = t * k
     chunk = _align(-(-numel // (groups * (th // 32))), 32)
     cnt = torch.empty((groups * num_experts,), **i32)
-    _launch_positional(MAP_OP, MAP_PARAMS, ("count", th), device,
-                       (topk_idx.data_ptr(), pos_to_expert.data_ptr(), pos_to_token.data_ptr(),
-                        pos_to_token_topk.data_ptr(), cnt.data_ptr(), numel, num_experts, n, chunk, groups))
-    _launch_positional(MAP_OP, MAP_PARAMS, ("scan", th), device,
-                       (cnt.data_ptr(), expert_start.data_ptr(), expert_end.data_ptr(), ntpe.data_ptr(), num_experts,
-                        groups, alignment))
-    _launch_positional(MAP_OP, MAP_PARAMS, ("place", th), device,
-                       (topk_idx.data_ptr(), token_topk_to_pos.data_ptr(), pos_to_expert.data_ptr(),
-                        pos_to_token.data_ptr(), pos_to_token_topk.data_ptr(), cnt.data_ptr(), expert_start.data_ptr(),
-                        numel, k, num_experts, n, chunk, groups))
+    launch(MAP_CONTRACT, MAP_CONTRACT.key(stage="count", threads=th), device,
+           topk_idx=topk_idx.data_ptr(), pos_to_expert=pos_to_expert.data_ptr(), pos_to_token=pos_to_token.data_ptr(),
+           pos_to_token_topk=pos_to_token_topk.data_ptr(), cnt=cnt.data_ptr(), numel=numel, num_experts=num_experts,
+           num_expanded=n, chunk=chunk, num_ctas=groups)
+    launch(MAP_CONTRACT, MAP_CONTRACT.key(stage="scan", threads=th), device,
+           cnt=cnt.data_ptr(), expert_start=expert_start.data_ptr(), expert_end=expert_end.data_ptr(),
+           num_tokens_per_expert=ntpe.data_ptr(), num_experts=num_experts, num_groups=groups, alignment=alignment)
+    launch(MAP_CONTRACT, MAP_CONTRACT.key(stage="place", threads=th), device,
+           topk_idx=topk_idx.data_ptr(), token_topk_to_pos=token_topk_to_pos.data_ptr(),
+           pos_to_expert=pos_to_expert.data_ptr(), pos_to_token=pos_to_token.data_ptr(),
+           pos_to_token_topk=pos_to_token_topk.data_ptr(), cnt=cnt.data_ptr(), expert_start=expert_start.data_ptr(),
+           numel=numel, num_topk=k, num_experts=num_experts, num_expanded=n, chunk=chunk, num_ctas=groups)
     listed = []
     if should_sync:  # the only host synchronization: when the caller gave no size
         listed = ntpe.tolist()
