@@ -5,13 +5,14 @@ The op families are imported lazily: a first call pays only for its own family (
 ``custom_op`` + ``register_fake`` registrations (25 ops) were 85-92 % of the family imports that every
 process's first eager call pays (median of 9 fresh processes, CPU build machine: quant 27 -> 4 ms, moe
 17 -> 1.5 ms, transpose 5 -> 0.4 ms without them), although eager calls never go through the registered ops
-(the public wrappers call them only under ``torch.compiler.is_compiling()``). So each family defines its ops
-in a ``_register_ops()`` function, and ``import kernelkiln`` installs a namespace object that, on the first
-lookup of one of a family's ops, imports the family and runs that function once (``register``).
+(the public wrappers call them only under ``torch.compiler.is_compiling()``). So each op is declared with
+``kernelkiln._ops.library.library_op`` (which only records it), and ``import kernelkiln`` installs a namespace
+object that, on the first lookup of an op, finds the family that declares it and registers that family's ops once
+(``register``). The family is found among the families imported already, else by importing them in turn: the
+declarations are the only list of ops (a first lookup of a transpose op in a fresh process imports all three).
 The wrappers' compile paths look their ops up there, so the first lookup may happen while Dynamo traces:
 Dynamo evaluates the attribute itself, outside the traced frame, so the registration runs as plain Python
 and the trace goes on without a graph break (tests/runtime/test_torch_ops_namespace.py, fullgraph=True).
-That test also keeps OP_FAMILY equal to the ops the families register.
 """
 import importlib
 import threading
@@ -19,31 +20,21 @@ import threading
 import torch
 from torch._ops import _OpNamespace  # the class of torch.ops.<namespace> (torch >= 2.4)
 
-NAMESPACE = "kernelkiln"
-_QUANT, _MOE, _TRANSPOSE = "kernelkiln.quant", "kernelkiln.moe", "kernelkiln.transpose"
-FAMILIES = (_QUANT, _MOE, _TRANSPOSE)
-OP_FAMILY = {
-    **dict.fromkeys((
-        "per_token_cast", "per_token_cast_requant", "per_block_cast", "per_channel_cast", "cast", "cast_back",
-        "per_channel_cast_and_transpose", "swiglu_forward", "swiglu_forward_and_per_token_cast",
-        "swiglu_backward", "swiglu_backward_and_per_token_cast", "swiglu_forward_and_per_channel_cast_and_transpose",
-        "norm_forward"), _QUANT),
-    **dict.fromkeys((
-        "topk_gate", "normalize_weight", "top2_sum_gate", "topk_sum_and_topk_group_idx", "moe_topk_gate_forward",
-        "moe_topk_gate_backward", "group_count", "aux_fi", "mask_indices_by_tp", "inplace_unique_group_indices"), _MOE),
-    **dict.fromkeys(("transpose", "batched_transpose"), _TRANSPOSE),
-}
+from kernelkiln._ops import library
+
+NAMESPACE = library.NAMESPACE
+FAMILIES = ("kernelkiln.quant", "kernelkiln.moe", "kernelkiln.transpose")
 
 _lock = threading.RLock()
 _registered = set()  # families whose ops are registered
-_registering = set()  # families whose _register_ops() runs now (on the thread that holds _lock)
+_registering = set()  # families whose ops register now (on the thread that holds _lock)
 
 
 def register(family):
     """Register the torch.library ops of ``family`` (e.g. "kernelkiln.quant") once; thread-safe, idempotent."""
     if family in _registered:
         return
-    module = importlib.import_module(family)  # outside the lock: imports take their own locks
+    importlib.import_module(family)  # outside the lock: imports take their own locks; its modules declare its ops
     with _lock:
         # custom_op looks each op up in torch.ops.kernelkiln right after defining it: that re-entry (same
         # thread, so the RLock lets it in) finds the family in _registering and must not register again.
@@ -51,10 +42,30 @@ def register(family):
             return
         _registering.add(family)
         try:
-            module._register_ops()
+            for declaration in library.declared(family).values():
+                declaration.register()
             _registered.add(family)
         finally:
             _registering.discard(family)
+
+
+def family_of_op(op_name):
+    """The family that declares ``op_name``, or None: the imported families first, then each family in turn."""
+    for family in FAMILIES:
+        if op_name in library.declared(family):
+            return family
+    for family in FAMILIES:
+        importlib.import_module(family)
+        if op_name in library.declared(family):
+            return family
+    return None
+
+
+def op_families():
+    """{op name: family} of every declared op (imports every family)."""
+    for family in FAMILIES:
+        importlib.import_module(family)
+    return {name: family for family in FAMILIES for name in library.declared(family)}
 
 
 def register_all():
@@ -70,7 +81,7 @@ class _FamilyImportingNamespace(_OpNamespace):
 
     def __getattr__(self, op_name):
         # Only a first lookup gets here: _OpNamespace caches the op packet as an instance attribute.
-        family = OP_FAMILY.get(op_name)
+        family = family_of_op(op_name) if not op_name.startswith("_") else None
         if family is None:
             return super().__getattr__(op_name)
         register(family)  # imports the family and registers its ops

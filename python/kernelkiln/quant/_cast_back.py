@@ -7,6 +7,7 @@ TMA-aligned column-major (not for per-channel g == 1, whose packed scales go alo
 import torch
 
 from kernelkiln._ops import checks
+from kernelkiln._ops.library import library_op
 from kernelkiln._ops.launch import has_variant, launch
 from kernelkiln.quant import _per_token
 from kernelkiln_contract.quant import CAST_BACK as CONTRACT
@@ -152,15 +153,15 @@ def per_token_cast_and_cast_back(x, fmt, num_per_channels, round_sf=False, use_e
     return None
 
 
-def _register_ops():
-    """This module's torch.library ops, registered on first lookup by kernelkiln.quant._register_ops (not at
-    import: kernelkiln._ops.torch_ops says why)."""
-    @torch.library.custom_op("kernelkiln::cast_back", mutates_args=())
-    def _cast_back_op(data: torch.Tensor, sf: torch.Tensor, fmt: str, x_block_size: list[int]) -> torch.Tensor:
-        return _cast_back((data, sf), fmt, tuple(x_block_size))
+# ---- torch.library ops (declared here, registered on the first lookup of one in torch.ops.kernelkiln) ----
 
-    @_cast_back_op.register_fake
-    def _(data, sf, fmt, x_block_size):
-        checks.choice("fmt", fmt, tuple(OUT_FORMATS))
-        _, _, t, h, _, _ = _check_input((data, sf), tuple(x_block_size), check_ptr=False)
-        return data.new_empty((t, h), dtype=OUT_FORMATS[fmt])
+@library_op("cast_back", mutates_args=())
+def _cast_back_op(data: torch.Tensor, sf: torch.Tensor, fmt: str, x_block_size: list[int]) -> torch.Tensor:
+    return _cast_back((data, sf), fmt, tuple(x_block_size))
+
+
+@_cast_back_op.register_fake
+def _cast_back_op_fake(data, sf, fmt, x_block_size):
+    checks.choice("fmt", fmt, tuple(OUT_FORMATS))
+    _, _, t, h, _, _ = _check_input((data, sf), tuple(x_block_size), check_ptr=False)
+    return data.new_empty((t, h), dtype=OUT_FORMATS[fmt])

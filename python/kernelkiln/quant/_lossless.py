@@ -15,7 +15,7 @@ from kernelkiln import config
 from kernelkiln._ops import checks, error_flags
 from kernelkiln._ops.launch import launch
 from kernelkiln.quant._per_token import _sf_storage
-from kernelkiln.torch.quant_lossless import LosslessScaleError
+from kernelkiln._formats import LosslessScaleError
 from kernelkiln_contract.quant import PER_BLOCK_CAST_LOSSLESS as CONTRACT
 
 OP = CONTRACT.op

@@ -44,7 +44,7 @@ def _check_mega_moe(mega_moe_sf, mega_moe_block_m, round_sf, x, n):
     if key not in _MEGA_MOE_ROWS:
         if len(_MEGA_MOE_ROWS) >= 256:  # token counts vary call to call in serving: keep the cache bounded
             _MEGA_MOE_ROWS.clear()
-        from kernelkiln.torch.norm import mega_moe_sf_rows
+        from kernelkiln._formats import mega_moe_sf_rows
         _MEGA_MOE_ROWS[key] = mega_moe_sf_rows(n, int(mega_moe_block_m), x.device)
     rows, needed = _MEGA_MOE_ROWS[key]
     if mega_moe_sf.shape[1] != h // 128 or mega_moe_sf.shape[0] < needed:
@@ -239,7 +239,7 @@ def norm_forward_and_per_token_cast(x, weight, eps, fmt, num_per_channels, resid
     if mega is not None and n:
         # The MegaMoE copy of the packed UE8M0 scales: one index_copy_ of T x H/128 words after the kernel (the
         # peer writes them from the kernel; here it costs 6.8 us at T = 16384, H = 7168 on the H200).
-        from kernelkiln.torch.norm import pack_ue8m0
+        from kernelkiln._formats import pack_ue8m0
         mega_moe_sf.index_copy_(0, mega[0], sf2d if use_packed_ue8m0 else pack_ue8m0(sf2d))
     return (q, sf), y, rstd, (ro if ro is not None else x)
 

@@ -9,6 +9,7 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
+from kernelkiln._ops.library import library_op
 from kernelkiln._ops.launch import launch
 from kernelkiln.quant._per_token import _alloc_q, _ceil_div, _sf_storage, _sf_strides
 from kernelkiln_contract.quant import PER_BLOCK_CAST as CONTRACT
@@ -162,17 +163,17 @@ def per_block_cast_with_precomputed_sf(x, fmt, block_size, sf, use_tma_aligned_c
     return q
 
 
-def _register_ops():
-    """This module's torch.library ops, registered on first lookup by kernelkiln.quant._register_ops (not at
-    import: kernelkiln._ops.torch_ops says why)."""
-    @torch.library.custom_op("kernelkiln::per_block_cast", mutates_args=())
-    def _per_block_cast_op(x: torch.Tensor, fmt: str, block_size: list[int], use_tma_aligned_col_major_sf: bool,
-                           round_sf: bool, use_packed_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        return _per_block_cast(x, fmt, tuple(block_size), use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
+# ---- torch.library ops (declared here, registered on the first lookup of one in torch.ops.kernelkiln) ----
 
-    @_per_block_cast_op.register_fake
-    def _(x, fmt, block_size, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0):
-        # The real allocators, run under fake mode, give the exact shapes and strides (col-major sf too).
-        block = _check_options(fmt, tuple(block_size), use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
-        return _alloc_q(x.shape[0], x.shape[1], x.device, fmt), _alloc_sf(x, block, use_tma_aligned_col_major_sf,
-                                                                          use_packed_ue8m0)
+@library_op("per_block_cast", mutates_args=())
+def _per_block_cast_op(x: torch.Tensor, fmt: str, block_size: list[int], use_tma_aligned_col_major_sf: bool,
+                       round_sf: bool, use_packed_ue8m0: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return _per_block_cast(x, fmt, tuple(block_size), use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
+
+
+@_per_block_cast_op.register_fake
+def _per_block_cast_op_fake(x, fmt, block_size, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0):
+    # The real allocators, run under fake mode, give the exact shapes and strides (col-major sf too).
+    block = _check_options(fmt, tuple(block_size), use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0)
+    return _alloc_q(x.shape[0], x.shape[1], x.device, fmt), _alloc_sf(x, block, use_tma_aligned_col_major_sf,
+                                                                      use_packed_ue8m0)

@@ -7,7 +7,7 @@ kernels/quant/swiglu_backward.py and kernelkiln.torch.swiglu.swiglu_backward.
 
 Also defines the torch.library ops of the swiglu forward and backward pairs, so
 that torch.compile sees them as opaque calls with fake (shape-only) implementations
-(registered on first lookup: ``_register_ops``).
+(declared with kernelkiln._ops.library, registered on the first lookup of one).
 """
 from typing import Optional
 
@@ -15,6 +15,7 @@ import torch
 
 from kernelkiln import config
 from kernelkiln._ops import checks
+from kernelkiln._ops.library import library_op
 from kernelkiln._ops.launch import launch
 from kernelkiln.quant import _per_token, _swiglu
 from kernelkiln_contract.quant_fused import SWIGLU_BACKWARD as CONTRACT
@@ -190,94 +191,103 @@ def _empty(device):
 
 # ---- torch.library ops. Optional outputs are returned as empty tensors (fixed schema). ----
 
-def _register_ops():
-    """This module's torch.library ops, registered on first lookup by kernelkiln.quant._register_ops (not at
-    import: kernelkiln._ops.torch_ops says why)."""
-    @torch.library.custom_op("kernelkiln::swiglu_backward_and_per_token_cast", mutates_args=())
-    def _swiglu_backward_and_per_token_cast_op(
-            x_data: torch.Tensor, x_sf: torch.Tensor, act_x_grad: torch.Tensor, fmt: str, num_per_channels: int,
-            psum_num_tokens_per_expert: Optional[torch.Tensor], topk_weights: Optional[torch.Tensor],
-            routed_scaling_factor: Optional[float], use_tma_aligned_col_major_sf: bool, round_sf: bool,
-            use_packed_ue8m0: bool, clamp_value: Optional[float], do_recompute: bool
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        r = _eager_quant((x_data, x_sf), act_x_grad, fmt, num_per_channels, psum_num_tokens_per_expert, topk_weights,
-                         routed_scaling_factor, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, clamp_value,
-                         do_recompute)
-        wg = r[2] if topk_weights is not None else _empty(x_data.device)
-        act_out = r[-1] if do_recompute else _empty(x_data.device)
-        return r[0], r[1][0], r[1][1], wg, act_out
+# ---- torch.library ops (declared here, registered on the first lookup of one in torch.ops.kernelkiln) ----
 
-    @_swiglu_backward_and_per_token_cast_op.register_fake
-    def _(x_data, x_sf, act_x_grad, fmt, num_per_channels, psum_num_tokens_per_expert, topk_weights,
-          routed_scaling_factor, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, clamp_value, do_recompute):
-        checks.choice("fmt", fmt, QUANT_FORMATS)
-        checks.choice("num_per_channels", num_per_channels, CHANNEL_BLOCKS)
-        checks.scale_flags(round_sf, use_packed_ue8m0)
-        hidden = _hidden_of("x[0]", x_data)
-        n = x_data.numel() // (2 * hidden)
-        _, x_grad, q, sf, wg, act_out = _alloc_quant(n, hidden, num_per_channels, use_tma_aligned_col_major_sf,
-                                                     use_packed_ue8m0, topk_weights is not None, do_recompute,
-                                                     x_data.device)
-        return (x_grad, q, sf, wg if wg is not None else _empty(x_data.device),
-                act_out if act_out is not None else _empty(x_data.device))
+@library_op("swiglu_backward_and_per_token_cast", mutates_args=())
+def _swiglu_backward_and_per_token_cast_op(
+        x_data: torch.Tensor, x_sf: torch.Tensor, act_x_grad: torch.Tensor, fmt: str, num_per_channels: int,
+        psum_num_tokens_per_expert: Optional[torch.Tensor], topk_weights: Optional[torch.Tensor],
+        routed_scaling_factor: Optional[float], use_tma_aligned_col_major_sf: bool, round_sf: bool,
+        use_packed_ue8m0: bool, clamp_value: Optional[float], do_recompute: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    r = _eager_quant((x_data, x_sf), act_x_grad, fmt, num_per_channels, psum_num_tokens_per_expert, topk_weights,
+                     routed_scaling_factor, use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, clamp_value,
+                     do_recompute)
+    wg = r[2] if topk_weights is not None else _empty(x_data.device)
+    act_out = r[-1] if do_recompute else _empty(x_data.device)
+    return r[0], r[1][0], r[1][1], wg, act_out
 
-    @torch.library.custom_op("kernelkiln::swiglu_backward", mutates_args=())
-    def _swiglu_backward_op(
-            x: torch.Tensor, act_x_grad: torch.Tensor, fmt: str, psum_num_tokens_per_expert: Optional[torch.Tensor],
-            topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float], clamp_value: Optional[float],
-            do_recompute: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        r = _eager_float(x, act_x_grad, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
-                         clamp_value, do_recompute)
-        wg = r[1] if topk_weights is not None else _empty(x.device)
-        act_out = r[-1] if do_recompute else _empty(x.device)
-        return r[0], wg, act_out
 
-    @_swiglu_backward_op.register_fake
-    def _(x, act_x_grad, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value,
-          do_recompute):
-        checks.choice("fmt", fmt, tuple(FLOAT_FORMATS))
-        hidden = _hidden_of("x", x)
-        n = x.numel() // (2 * hidden)
-        dtype = FLOAT_FORMATS[fmt][0]
-        return (torch.empty((n, 2 * hidden), dtype=dtype, device=x.device),
-                torch.empty((n,), dtype=torch.float32, device=x.device) if topk_weights is not None else _empty(x.device),
-                torch.empty((n, hidden), dtype=dtype, device=x.device) if do_recompute else _empty(x.device))
+@_swiglu_backward_and_per_token_cast_op.register_fake
+def _swiglu_backward_and_per_token_cast_op_fake(x_data, x_sf, act_x_grad, fmt, num_per_channels,
+                                                psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
+                                                use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, clamp_value,
+                                                do_recompute):
+    checks.choice("fmt", fmt, QUANT_FORMATS)
+    checks.choice("num_per_channels", num_per_channels, CHANNEL_BLOCKS)
+    checks.scale_flags(round_sf, use_packed_ue8m0)
+    hidden = _hidden_of("x[0]", x_data)
+    n = x_data.numel() // (2 * hidden)
+    _, x_grad, q, sf, wg, act_out = _alloc_quant(n, hidden, num_per_channels, use_tma_aligned_col_major_sf,
+                                                 use_packed_ue8m0, topk_weights is not None, do_recompute,
+                                                 x_data.device)
+    return (x_grad, q, sf, wg if wg is not None else _empty(x_data.device),
+            act_out if act_out is not None else _empty(x_data.device))
 
-    @torch.library.custom_op("kernelkiln::swiglu_forward_and_per_token_cast", mutates_args=("clamped_count",))
-    def _swiglu_forward_and_per_token_cast_op(
-            x: torch.Tensor, fmt: str, num_per_channels: int, psum_num_tokens_per_expert: Optional[torch.Tensor],
-            topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float],
-            use_tma_aligned_col_major_sf: bool, round_sf: bool, use_packed_ue8m0: bool, clamp_value: Optional[float],
-            clamped_count: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return _swiglu.swiglu_forward_and_per_token_cast(x, fmt, num_per_channels, psum_num_tokens_per_expert,
-                                                         topk_weights, routed_scaling_factor,
-                                                         use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0,
-                                                         clamp_value, clamped_count)
 
-    @_swiglu_forward_and_per_token_cast_op.register_fake
-    def _(x, fmt, num_per_channels, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
-          use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0, clamp_value, clamped_count):
-        checks.choice("fmt", fmt, _swiglu.QUANT_FORMATS)
-        checks.choice("num_per_channels", num_per_channels, _swiglu.CHANNEL_BLOCKS)
-        checks.scale_flags(round_sf, use_packed_ue8m0)
-        n, hidden = x.shape[0], x.shape[1] // 2
-        kind = "ue8m0" if use_packed_ue8m0 else "fp32"
-        q = torch.empty((n, hidden), dtype=torch.float8_e4m3fn, device=x.device)
-        sf = _per_token._sf_storage(n, -(-hidden // num_per_channels), _per_token._SF_DTYPE[kind],
-                                    use_tma_aligned_col_major_sf, x.device, kind == "ue8m0")
-        return q, sf
+@library_op("swiglu_backward", mutates_args=())
+def _swiglu_backward_op(
+        x: torch.Tensor, act_x_grad: torch.Tensor, fmt: str, psum_num_tokens_per_expert: Optional[torch.Tensor],
+        topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float], clamp_value: Optional[float],
+        do_recompute: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r = _eager_float(x, act_x_grad, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
+                     clamp_value, do_recompute)
+    wg = r[1] if topk_weights is not None else _empty(x.device)
+    act_out = r[-1] if do_recompute else _empty(x.device)
+    return r[0], wg, act_out
 
-    @torch.library.custom_op("kernelkiln::swiglu_forward", mutates_args=("clamped_count",))
-    def _swiglu_forward_op(x: torch.Tensor, fmt: str, psum_num_tokens_per_expert: Optional[torch.Tensor],
-                           topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float],
-                           clamp_value: Optional[float], clamped_count: Optional[torch.Tensor]) -> torch.Tensor:
-        return _swiglu.swiglu_forward(x, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
-                                      clamp_value, clamped_count)
 
-    @_swiglu_forward_op.register_fake
-    def _(x, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, clamped_count):
-        checks.choice("fmt", fmt, tuple(_swiglu.FLOAT_FORMATS))
-        return torch.empty((x.shape[0], x.shape[1] // 2), dtype=_swiglu.FLOAT_FORMATS[fmt][0], device=x.device)
+@_swiglu_backward_op.register_fake
+def _swiglu_backward_op_fake(x, act_x_grad, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
+                             clamp_value, do_recompute):
+    checks.choice("fmt", fmt, tuple(FLOAT_FORMATS))
+    hidden = _hidden_of("x", x)
+    n = x.numel() // (2 * hidden)
+    dtype = FLOAT_FORMATS[fmt][0]
+    return (torch.empty((n, 2 * hidden), dtype=dtype, device=x.device),
+            torch.empty((n,), dtype=torch.float32, device=x.device) if topk_weights is not None else _empty(x.device),
+            torch.empty((n, hidden), dtype=dtype, device=x.device) if do_recompute else _empty(x.device))
+
+
+@library_op("swiglu_forward_and_per_token_cast", mutates_args=("clamped_count",))
+def _swiglu_forward_and_per_token_cast_op(
+        x: torch.Tensor, fmt: str, num_per_channels: int, psum_num_tokens_per_expert: Optional[torch.Tensor],
+        topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float],
+        use_tma_aligned_col_major_sf: bool, round_sf: bool, use_packed_ue8m0: bool, clamp_value: Optional[float],
+        clamped_count: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    return _swiglu.swiglu_forward_and_per_token_cast(x, fmt, num_per_channels, psum_num_tokens_per_expert,
+                                                     topk_weights, routed_scaling_factor,
+                                                     use_tma_aligned_col_major_sf, round_sf, use_packed_ue8m0,
+                                                     clamp_value, clamped_count)
+
+
+@_swiglu_forward_and_per_token_cast_op.register_fake
+def _swiglu_forward_and_per_token_cast_op_fake(x, fmt, num_per_channels, psum_num_tokens_per_expert, topk_weights,
+                                               routed_scaling_factor, use_tma_aligned_col_major_sf, round_sf,
+                                               use_packed_ue8m0, clamp_value, clamped_count):
+    checks.choice("fmt", fmt, _swiglu.QUANT_FORMATS)
+    checks.choice("num_per_channels", num_per_channels, _swiglu.CHANNEL_BLOCKS)
+    checks.scale_flags(round_sf, use_packed_ue8m0)
+    n, hidden = x.shape[0], x.shape[1] // 2
+    kind = "ue8m0" if use_packed_ue8m0 else "fp32"
+    q = torch.empty((n, hidden), dtype=torch.float8_e4m3fn, device=x.device)
+    sf = _per_token._sf_storage(n, -(-hidden // num_per_channels), _per_token._SF_DTYPE[kind],
+                                use_tma_aligned_col_major_sf, x.device, kind == "ue8m0")
+    return q, sf
+
+
+@library_op("swiglu_forward", mutates_args=("clamped_count",))
+def _swiglu_forward_op(x: torch.Tensor, fmt: str, psum_num_tokens_per_expert: Optional[torch.Tensor],
+                       topk_weights: Optional[torch.Tensor], routed_scaling_factor: Optional[float],
+                       clamp_value: Optional[float], clamped_count: Optional[torch.Tensor]) -> torch.Tensor:
+    return _swiglu.swiglu_forward(x, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor,
+                                  clamp_value, clamped_count)
+
+
+@_swiglu_forward_op.register_fake
+def _swiglu_forward_op_fake(x, fmt, psum_num_tokens_per_expert, topk_weights, routed_scaling_factor, clamp_value, clamped_count):
+    checks.choice("fmt", fmt, tuple(_swiglu.FLOAT_FORMATS))
+    return torch.empty((x.shape[0], x.shape[1] // 2), dtype=_swiglu.FLOAT_FORMATS[fmt][0], device=x.device)
 
 
 # ---- public API ----
