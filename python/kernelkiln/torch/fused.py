@@ -7,6 +7,14 @@ Imports only torch.
 """
 import torch
 
+__all__ = [  # this module's references (kernelkiln.torch re-exports them)
+    "expand_to_fused",
+    "expand_to_fused_with_sf",
+    "fma_f32",
+    "get_fused_mapping",
+    "reduce_fused",
+]
+
 E4M3_MAX = 448.0
 
 

@@ -2,6 +2,14 @@
 
 import torch
 
+__all__ = [  # this module's references (kernelkiln.torch re-exports them)
+    "normalize_weight",
+    "stable_topk",
+    "top2_sum_gate",
+    "topk_gate_ref",
+    "topk_sum_and_topk_group_idx",
+]
+
 _WARP_SIZE = 32
 _BUTTERFLY_OFFSETS = (16, 8, 4, 2, 1)
 # Added after the sum so an all-zero row divides by a tiny number, not by zero.

@@ -13,6 +13,16 @@ import torch
 
 from .moe import _NORMALIZE_EPS, _PHYSICAL_HASH, _mask_indices_by_tp, _warp_butterfly_sum
 
+__all__ = [  # this module's references (kernelkiln.torch re-exports them)
+    "aux_fi",
+    "group_count",
+    "inplace_unique_group_indices",
+    "mask_indices_by_tp",
+    "moe_topk_gate_backward",
+    "moe_topk_gate_forward",
+    "philox4x32_10",
+]
+
 _M0, _M1 = 0xD2511F53, 0xCD9E8D57
 _W0, _W1 = 0x9E3779B9, 0xBB67AE85
 _U32 = 0xFFFFFFFF

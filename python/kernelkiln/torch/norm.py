@@ -19,6 +19,14 @@ import torch
 
 from kernelkiln._formats import mega_moe_sf_rows, pack_ue8m0  # noqa: F401  (shared with the ops)
 
+__all__ = [  # this module's references (kernelkiln.torch re-exports them)
+    "mega_moe_sf_ref",
+    "mega_moe_sf_rows",
+    "norm_backward_ref",
+    "norm_forward_ref",
+    "pack_ue8m0",
+]
+
 THREADS = {torch.bfloat16: 128, torch.float32: 256}
 MAXC = 8
 MAX_HIDDEN = 8192

@@ -25,6 +25,17 @@ from kernelkiln._formats import FMT_MAX, unpack_from_e2m1fn_x2  # noqa: F401
 from kernelkiln._formats import pack_ue8m0_bytes as _pack_ue8m0
 from kernelkiln._formats import ue8m0_bytes as _ue8m0_bytes
 
+__all__ = [  # this module's references (kernelkiln.torch re-exports them)
+    "FMT_MAX",
+    "cast",
+    "cast_back",
+    "default_clamp_min",
+    "get_sf_shape",
+    "pack_e2m1",
+    "per_token_cast_ref",
+    "unpack_from_e2m1fn_x2",
+]
+
 _QUANT_FMTS = ('e4m3', 'e2m1')
 _BACK_FMTS = {'bf16': torch.bfloat16, 'fp32': torch.float32}
 # The NaN that CUDA arithmetic and cvt produce, used for every NaN cast_back returns.

@@ -8,6 +8,12 @@ import torch
 
 from .quant import cast, cast_back
 
+__all__ = [  # this module's references (kernelkiln.torch re-exports them)
+    "per_block_cast_ref",
+    "per_token_cast_and_cast_back_ref",
+    "per_token_cast_back_ref",
+]
+
 
 def per_block_cast_ref(x, fmt, block_size, **kwargs):
     """``cast`` with one scale per ``block_size = (gm, g)`` block (2-D blocks, e.g. 128x128)."""

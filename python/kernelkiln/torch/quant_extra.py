@@ -32,6 +32,8 @@ from .quant import (
     _ue8m0_decode,
 )
 
+__all__ = ["cast_back_from_e5m6", "cast_to_e5m6"]  # this module's references (kernelkiln.torch re-exports them)
+
 _MASK32 = 0xFFFFFFFF
 
 

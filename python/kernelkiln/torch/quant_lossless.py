@@ -21,6 +21,12 @@ from kernelkiln._formats import e2m1_table as _e2m1_table
 
 from .quant import _check_scale_flags, _pack_ue8m0, _to_e4m3, _to_tma_col_major, _unpack_ue8m0
 
+__all__ = [  # this module's references (kernelkiln.torch re-exports them)
+    "LosslessScaleError",
+    "batched_transpose_weight_sf",
+    "per_block_cast_lossless_ref",
+]
+
 MAX_SHIFT = 6  # e2m1 max 6 * 2^6 = 384 <= 448
 MAX_SPREAD = 11  # e - E >= -5 keeps 0.5 * 2^(e - E) an e4m3 normal
 _POW2_MASK = 0x807FFFFF  # sign and mantissa bits: zero for +0.0 and every positive power of two

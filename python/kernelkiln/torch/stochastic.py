@@ -10,6 +10,8 @@ with int64 tensors holding uint32 values, so it runs on any device.
 """
 import torch
 
+__all__ = ["cast_dtype", "stochastic_round"]  # this module's references (kernelkiln.torch re-exports them)
+
 _M32 = 0xFFFFFFFF
 HASH_MULTIPLIERS = (0x5671D42B, 0x9995E499, 0xACE1B8A5, 0xE153538D)
 FINAL_MULTIPLIER = 0x7FEB352D

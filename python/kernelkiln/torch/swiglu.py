@@ -13,6 +13,12 @@ padding (``get_mapping_from_psum``).
 """
 import torch
 
+__all__ = [  # this module's references (kernelkiln.torch re-exports them)
+    "get_mapping_from_psum",
+    "swiglu_backward",
+    "swiglu_forward",
+]
+
 
 def _alignment(alignment):
     if alignment is not None:
