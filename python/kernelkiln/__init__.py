@@ -7,6 +7,7 @@ the first lookup of ``torch.ops.kernelkiln.<op>`` imports the op's family and re
 (kernelkiln/_ops/torch_ops.py).
 """
 import importlib as _importlib
+import pkgutil as _pkgutil
 
 from kernelkiln import config  # noqa: F401
 from kernelkiln._runtime import DriverError, MissingSpecializationError, UnsupportedDeviceError, preload  # noqa: F401
@@ -27,7 +28,8 @@ from kernelkiln.config import (  # noqa: F401
 
 __version__ = "0.1.0"
 _torch_ops.install()
-_LAZY_SUBMODULES = ("quant", "moe", "transpose", "torch")
+# the op families and the references, imported on first access: every public subpackage
+_LAZY_SUBMODULES = tuple(sorted(m.name for m in _pkgutil.iter_modules(__path__) if m.ispkg and not m.name.startswith("_")))
 
 
 def __getattr__(name):

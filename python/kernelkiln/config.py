@@ -29,6 +29,17 @@ def _check_int(name, value, lo=None):
 _device_sms = {}  # device index -> SM count (fixed for a process; launch paths ask for it per call)
 
 
+def is_ascend() -> bool:
+    """Whether this machine runs the Ascend (CANN) backend: an Ascend NPU's device manager is present."""
+    import os
+    return os.path.exists("/dev/davinci_manager")
+
+
+def get_device() -> str:
+    """The accelerator's torch device type: 'npu' on Ascend machines, else 'cuda'."""
+    return "npu" if is_ascend() else "cuda"
+
+
 def require_cuda(what):
     """Raise the project's own error where torch has no CUDA device (a CPU-only build or no GPU), before torch's
     ``AssertionError: Torch not compiled with CUDA enabled`` or a driver error would."""

@@ -3,7 +3,7 @@
 ``CONTRACTS`` maps every op with a kernel to its ``OpContract`` (kernelkiln_contract._core): the build iterates it
 instead of scanning kernel sources, the runtime takes its variant-selection rules and launch-argument names from it.
 """
-from kernelkiln_contract import moe, quant, quant_fused, selftest, transpose
+from kernelkiln_contract import moe, quant, quant_fused, selftest, transform, transpose
 from kernelkiln_contract._core import OpContract, Param  # noqa: F401
 
 
@@ -17,7 +17,7 @@ def _collect(*families):
     return out
 
 
-CONTRACTS = _collect(quant, quant_fused, moe, transpose, selftest)
+CONTRACTS = _collect(quant, quant_fused, moe, transpose, transform, selftest)
 
 
 def get(op):

@@ -76,6 +76,9 @@ CASES = {
     "aux_fi": lambda: _call(_ints(0, E, T, K), E, K),
     "mask_indices_by_tp": lambda: _call(_ints(0, E, T, K), E, 8, 1, 2),
     "inplace_unique_group_indices": lambda: _call(_ints(0, 8, T, K), 8),
+    # transform
+    "apply_rotary": lambda: _call(_bf16(T, 4, 64), _randn(T + 8, 64), _bf16(T, 2, 64), _ints(0, T + 8, T), True, False,
+                                  3),
     # transpose
     "transpose": lambda: _call(_bf16(64, 128)),
     "batched_transpose": lambda: _call(_randn(2, 64, 128)),

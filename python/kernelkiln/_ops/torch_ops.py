@@ -23,7 +23,17 @@ from torch._ops import _OpNamespace  # the class of torch.ops.<namespace> (torch
 from kernelkiln._ops import library
 
 NAMESPACE = library.NAMESPACE
-FAMILIES = ("kernelkiln.quant", "kernelkiln.moe", "kernelkiln.transpose")
+
+
+def _families():
+    """Every public subpackage of kernelkiln but the references: the op families, found on disk, not listed."""
+    import pkgutil
+    root = importlib.import_module("kernelkiln")
+    return tuple(sorted(f"kernelkiln.{m.name}" for m in pkgutil.iter_modules(root.__path__)
+                        if m.ispkg and not m.name.startswith("_") and m.name != "torch"))
+
+
+FAMILIES = _families()
 
 _lock = threading.RLock()
 _registered = set()  # families whose ops are registered
