@@ -15,18 +15,34 @@ strides, most flags) is a runtime argument, so one variant serves many calls.
 """
 import hashlib
 import importlib
+import importlib.util
 import itertools
 import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-# The op contracts (python/kernelkiln_contract: no torch, no TileLang). In a source tree they sit beside the runtime;
-# in an installed wheel (the JIT fallback's build) they are installed as their own top-level package.
-_CONTRACTS_DIR = Path(__file__).resolve().parent.parent / "python"
-if (_CONTRACTS_DIR / "kernelkiln_contract").is_dir() and str(_CONTRACTS_DIR) not in sys.path:
-    sys.path.insert(0, str(_CONTRACTS_DIR))
-import kernelkiln_contract  # noqa: E402
+
+
+def _import_contracts():
+    """The op contracts (python/kernelkiln_contract: no torch, no TileLang). In a source tree they are loaded from it,
+    by path: putting python/ on sys.path would also shadow an installed kernelkiln with the source tree's (which has
+    no kernels) in the same process. In an installed wheel (the JIT fallback's build) they are a top-level package."""
+    source = Path(__file__).resolve().parent.parent / "python" / "kernelkiln_contract"
+    if "kernelkiln_contract" not in sys.modules and (source / "__init__.py").exists():
+        spec = importlib.util.spec_from_file_location("kernelkiln_contract", source / "__init__.py",
+                                                      submodule_search_locations=[str(source)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["kernelkiln_contract"] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules["kernelkiln_contract"]
+            raise
+    return importlib.import_module("kernelkiln_contract")
+
+
+kernelkiln_contract = _import_contracts()
 
 CONTRACTS = kernelkiln_contract.CONTRACTS
 

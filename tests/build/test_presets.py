@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # build_tools
 
 from build_tools import manifest  # noqa: E402
-from kernelkiln_contract import moe as moe_contract  # noqa: E402  (on sys.path through build_tools.manifest)
+from kernelkiln_contract import moe as moe_contract  # noqa: E402  (loaded by build_tools.manifest)
 
 PRESET_DIR = ROOT / "manifests" / "presets"
 PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
