@@ -6,12 +6,15 @@
 # so that every figure has the same machine's torch floor beside it: host costs differ up to 2x between machines.
 # On the GPU machine, from the repository root, with .gpu-carry carried:  bash benchmarks/run_host_ab.sh
 # Optional: NEW_PY (a directory holding a kernelkiln/ Python tree to lay over the wheel's, for a runtime change not yet
-# in a wheel) and NEW_SHIM (its libkernelkiln_launch.so); ROUNDS (default 3).
+# in a wheel) and NEW_SHIM (its libkernelkiln_launch.so); ROUNDS (default 3); OLD_PKG, the old tree's package name
+# (default kernelkiln; tilekiln for trees before the rename, whose shim is the same C source under its old name).
 # (benchmarks/results/2026-12-01-81164c141b/host_ab.jsonl: old = 9f8eb0c, before the lazy op registration.)
 set -u
 rm -rf /tmp/tk-site; python3 -m pip install -q --no-index --no-deps --target /tmp/tk-site .gpu-carry/kernelkiln-*.whl
+old_pkg=${OLD_PKG:-kernelkiln}
 rm -rf /tmp/tk-old && cp -r .gpu-carry/oldpy/python /tmp/tk-old
-cp -r /tmp/tk-site/kernelkiln/_kernels /tmp/tk-old/kernelkiln/ && cp /tmp/tk-site/kernelkiln/_runtime/*.so /tmp/tk-old/kernelkiln/_runtime/
+cp -r /tmp/tk-site/kernelkiln/_kernels "/tmp/tk-old/$old_pkg/"
+cp /tmp/tk-site/kernelkiln/_runtime/libkernelkiln_launch.so "/tmp/tk-old/$old_pkg/_runtime/lib${old_pkg}_launch.so"
 new=/tmp/tk-site
 if [ -n "${NEW_PY:-}" ]; then
   rm -rf /tmp/tk-new && cp -r "$NEW_PY" /tmp/tk-new && cp -r /tmp/tk-site/kernelkiln/_kernels /tmp/tk-new/kernelkiln/
@@ -19,10 +22,10 @@ if [ -n "${NEW_PY:-}" ]; then
   new=/tmp/tk-new
 fi
 cat > /tmp/host.py <<'PY'
-import sys, json, torch
+import importlib, json, os, sys, torch
 sys.path.insert(0, "benchmarks")
 from bench_foundation import graph_time_us, host_time_us
-import kernelkiln
+kernelkiln = importlib.import_module(os.environ.get("TK_PKG", "kernelkiln"))
 xs = torch.randn(128, 7168, device="cuda", dtype=torch.bfloat16); ss = torch.randn(128, 256, device="cuda")
 small = torch.randn(1024, device="cuda")
 r = {"label": sys.argv[1], "kernelkiln": kernelkiln.__file__,
@@ -38,5 +41,5 @@ print(json.dumps(r), flush=True)
 PY
 for round in $(seq "${ROUNDS:-3}"); do
   PYTHONPATH=$new python3 /tmp/host.py new
-  PYTHONPATH=/tmp/tk-old python3 /tmp/host.py old
+  TK_PKG=$old_pkg PYTHONPATH=/tmp/tk-old python3 /tmp/host.py old
 done
