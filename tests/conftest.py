@@ -51,3 +51,30 @@ def subset_store(tmp_path_factory):
     subprocess.run([sys.executable, "-m", "build_tools", "build", "--manifest", "manifests/ci-subset.toml",
                     "--out-dir", str(out), "-j", "2"], cwd=root, check=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def peer_wheel(tmp_path_factory):
+    """``peer_wheel(version)``: the directory of the peer's (tile_kernels) wheel, unpacked from the registry into a
+    test-only location and never installed (its package needs a GPU stack; tests load single reference files from it
+    by path). Skips where the registry cannot be reached. The wheel asks for Python >= 3.12 in its metadata, so the
+    download names that version."""
+    import subprocess
+    import zipfile
+    cache = {}
+
+    def get(version):
+        if version not in cache:
+            d = tmp_path_factory.mktemp(f"tile_kernels-{version}")
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                                "--python-version", "3.12", "-d", str(d), f"tile-kernels=={version}"],
+                               capture_output=True, text=True, timeout=300)
+            wheels = list(d.glob("tile_kernels-*.whl"))
+            if r.returncode or not wheels:
+                pytest.skip(f"tile-kernels {version} could not be downloaded from the registry: {r.stderr[-300:]}")
+            with zipfile.ZipFile(wheels[0]) as z:
+                z.extractall(d / "site")
+            cache[version] = d / "site"
+        return cache[version]
+
+    return get
