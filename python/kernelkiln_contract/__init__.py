@@ -2,22 +2,29 @@
 
 ``CONTRACTS`` maps every op with a kernel to its ``OpContract`` (kernelkiln_contract._core): the build iterates it
 instead of scanning kernel sources, the runtime takes its variant-selection rules and launch-argument names from it.
+Every public module of this package is a family of contracts; its ``CONTRACTS`` tuple lists them, and a new module
+needs no line here.
 """
-from kernelkiln_contract import moe, quant, quant_fused, selftest, transform, transpose
+import importlib
+import pkgutil
+
 from kernelkiln_contract._core import OpContract, Param  # noqa: F401
 
 
-def _collect(*families):
+def _collect():
     out = {}
-    for family in families:
-        for c in family.CONTRACTS:
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        family = importlib.import_module(f"{__name__}.{info.name}")
+        for c in getattr(family, "CONTRACTS", ()):
             if c.op in out:
                 raise RuntimeError(f"op {c.op!r} is declared twice ({out[c.op].kernel}, {c.kernel})")
             out[c.op] = c
     return out
 
 
-CONTRACTS = _collect(quant, quant_fused, moe, transpose, transform, selftest)
+CONTRACTS = _collect()
 
 
 def get(op):

@@ -1,5 +1,9 @@
 """torch.library.opcheck of every kernelkiln:: op (schema, fake tensor, autograd registration, AOT dispatch) with
-small valid CUDA inputs; a CPU test keeps the table equal to the registered ops, so a new op needs a case here."""
+small valid CUDA inputs; a CPU test keeps the cases equal to the registered ops. The cases are this file's table and
+the ``OPCHECK_CASES`` dict of any test module (a new op's own test file can bring its case: no edit here)."""
+import importlib.util
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -76,13 +80,30 @@ CASES = {
     "aux_fi": lambda: _call(_ints(0, E, T, K), E, K),
     "mask_indices_by_tp": lambda: _call(_ints(0, E, T, K), E, 8, 1, 2),
     "inplace_unique_group_indices": lambda: _call(_ints(0, 8, T, K), 8),
-    # transform
-    "apply_rotary": lambda: _call(_bf16(T, 4, 64), _randn(T + 8, 64), _bf16(T, 2, 64), _ints(0, T + 8, T), True, False,
-                                  3),
     # transpose
     "transpose": lambda: _call(_bf16(64, 128)),
     "batched_transpose": lambda: _call(_randn(2, 64, 128)),
 }
+
+
+
+def _module_cases():
+    """OPCHECK_CASES of the other test modules (found by name in their source, then imported by path)."""
+    out = {}
+    here = Path(__file__).resolve()
+    for path in sorted(here.parents[1].glob("*/test_*.py")):
+        if path == here or "OPCHECK_CASES" not in path.read_text():
+            continue
+        spec = importlib.util.spec_from_file_location(f"opcheck_cases_{path.parent.name}_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        for name, case in mod.OPCHECK_CASES.items():
+            assert name not in CASES and name not in out, f"two opcheck cases for {name}"
+            out[name] = case
+    return out
+
+
+CASES.update(_module_cases())
 
 # test_schema compares inputs before and after with arithmetic torch lacks for float8 ("mul_cuda" not implemented
 # for Float8_e4m3fn, measured on the H200), so it is left out for the op whose input must be FP8.

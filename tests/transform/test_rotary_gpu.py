@@ -11,6 +11,17 @@ pytestmark = pytest.mark.gpu
 DTYPES = [torch.bfloat16, torch.float32]
 
 
+def _opcheck_case():
+    """(args, kwargs) of kernelkiln::apply_rotary's schema for tests/runtime/test_opcheck_gpu.py."""
+    t = 64
+    q, k = torch.randn(t, 4, 64, device="cuda").to(torch.bfloat16), torch.randn(t, 2, 64, device="cuda").to(torch.bfloat16)
+    pos = torch.randint(0, t + 8, (t,), device="cuda", dtype=torch.int32)
+    return (q, _cache(t + 8, 64), k, pos, True, False, 3), {}
+
+
+OPCHECK_CASES = {"apply_rotary": _opcheck_case}
+
+
 def _cache(rows, d):
     ang = torch.rand(rows, d // 2, device="cuda") * 6.283
     return torch.cat((ang.cos(), ang.sin()), dim=1)
