@@ -15,10 +15,17 @@ from kernelkiln._ops import torch_ops as _torch_ops
 from kernelkiln.config import (  # noqa: F401
     get_amax_clamp_for_quant,
     get_deterministic_algorithms,
+    get_device,
     get_device_num_sms,
+    get_max_smem_per_sm,
+    get_max_ub_per_vector_core,
+    get_num_ai_cores,
+    get_num_cube_cores,
     get_num_sms,
+    get_num_vec_cores,
     get_pdl,
     get_token_alignment,
+    is_ascend,
     set_amax_clamp_for_quant,
     set_num_sms,
     set_pdl,
@@ -27,6 +34,9 @@ from kernelkiln.config import (  # noqa: F401
 )
 
 __version__ = "0.1.0"
+# The tile_kernels API level this release implements (its ops and helpers by the names of tile_kernels 2.1, with the
+# v1-only ops under their v1 names); code written against tile_kernels can check it instead of __version__.
+TILE_KERNELS_API = "2.1"
 _torch_ops.install()
 # the op families and the references, imported on first access: every public subpackage
 _LAZY_SUBMODULES = tuple(sorted(m.name for m in _pkgutil.iter_modules(__path__) if m.ispkg and not m.name.startswith("_")))

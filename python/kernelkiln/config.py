@@ -63,6 +63,42 @@ def get_device_num_sms(device=None):
     return n
 
 
+# The Ascend core-count queries of the peer's API. On CUDA an SM is each of them: kernels that use the AI cores
+# (cube + vector), the cube cores or the vector cores (two per AI core) all see the SM count.
+def get_num_ai_cores() -> int:
+    return get_num_sms()
+
+
+def get_num_cube_cores() -> int:
+    return get_num_sms()
+
+
+def get_num_vec_cores() -> int:
+    return 2 * get_num_sms()
+
+
+def get_max_smem_per_sm() -> int:
+    """Shared memory per SM of the current CUDA device, in bytes."""
+    import torch
+    require_cuda("get_max_smem_per_sm")
+    idx = torch.cuda.current_device()
+    n = _device_smem.get(idx)
+    if n is None:
+        n = _device_smem[idx] = torch.cuda.get_device_properties(idx).shared_memory_per_multiprocessor
+    return n
+
+
+def get_max_ub_per_vector_core(use_simt: bool = True) -> int:
+    """Unified Buffer bytes per Ascend vector core (216 KiB with SIMT regions, 248 KiB without); Ascend only."""
+    if not is_ascend():
+        raise RuntimeError("get_max_ub_per_vector_core describes an Ascend NPU's vector cores; this machine has no "
+                           "Ascend device (/dev/davinci_manager)")
+    return (216 if use_simt else 248) * 1024
+
+
+_device_smem = {}
+
+
 def set_num_sms(num_sms: int) -> None:
     _check_int("num_sms", num_sms, 1)
     limit = get_device_num_sms()

@@ -16,8 +16,10 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the be
     lambda: kernelkiln.get_num_sms(),
     lambda: kernelkiln.get_device_num_sms(),
     lambda: kernelkiln.set_num_sms(8),
+    lambda: kernelkiln.get_max_smem_per_sm(),
+    lambda: kernelkiln.get_num_vec_cores(),
 ], ids=["preload", "check_errors", "moe.check_errors", "quant.check_errors", "get_num_sms", "get_device_num_sms",
-        "set_num_sms"])
+        "set_num_sms", "get_max_smem_per_sm", "get_num_vec_cores"])
 def test_device_queries_say_a_gpu_is_needed(call):
     with pytest.raises(kernelkiln.UnsupportedDeviceError, match="needs an NVIDIA GPU"):
         call()
@@ -38,6 +40,12 @@ def test_public_functions_on_cpu_tensors_name_the_argument():
         kernelkiln.moe.topk_gate(torch.randn(4, 256), 8)
     with pytest.raises(ValueError, match="x is on cpu"):
         kernelkiln.quant.per_token_cast(torch.randn(4, 128, dtype=torch.bfloat16), "e4m3", 128)
+
+
+def test_ascend_queries_say_there_is_no_npu():
+    assert not kernelkiln.is_ascend() and kernelkiln.get_device() == "cuda"
+    with pytest.raises(RuntimeError, match="no Ascend device"):
+        kernelkiln.get_max_ub_per_vector_core()
 
 
 def test_dir_lists_only_the_public_api():
