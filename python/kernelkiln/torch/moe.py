@@ -28,16 +28,16 @@ def _check_scores(scores, k, name_k, max_k=None):
         raise ValueError(f'{name_k} must be in [1, {limit}], got {k}')
 
 
-def stable_topk(scores, k):
-    """Indices ``[T, k]`` (int64) of the k largest scores per row, by descending score.
+def stable_topk(scores, num_topk):
+    """Indices ``[T, num_topk]`` (int64) of the num_topk largest scores per row, by descending score.
 
     Equal scores are ordered by ascending index: a stable descending sort keeps
     the input order of ties, which is what the kernels' "smaller index wins"
     comparison produces. Order among non-finite scores is not specified.
     """
-    _check_scores(scores, k, 'k')
+    _check_scores(scores, num_topk, 'num_topk')
     order = torch.sort(scores, dim=-1, descending=True, stable=True).indices
-    return order[:, :k].contiguous()
+    return order[:, :num_topk].contiguous()
 
 
 def topk_gate_ref(scores, num_topk):

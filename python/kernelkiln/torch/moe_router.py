@@ -106,7 +106,7 @@ def sqrt_softplus_grad(s):
 def moe_topk_gate_forward(logits, num_topk, use_shared_as_routed, num_shared_experts, routed_scaling_factor, ep_rank,
                           scoring_func='sqrtsoftplus', mask=None, bias=None, image_bias=None, image_token_mask=None,
                           fix_routing_mask=None, to_physical_map=None, logical_count=None, unmapped_topk_idx=None,
-                          force_random=None, out=None, scores=None):
+                          out=None, force_random=None, scores=None):
     """Reference of 2.1 ``moe.moe_topk_gate_forward`` -> (topk_idx [T, K+S] int64, topk_weights [T, K+S] fp32).
 
     Row kinds, in priority order: masked (idx -1, weight 0, unmapped -1, scores 0); force_random (K+S distinct

@@ -323,7 +323,7 @@ def _input_fp32(x, x_block_size):
 
 # ------------------------------------------------------------ public API
 
-def cast(x, fmt, block_size, sf=None, x_block_size=None, round_sf=False,
+def cast(x, fmt, block_size=(32, 32), sf=None, x_block_size=None, round_sf=False,
          use_tma_aligned_col_major_sf=False, use_packed_ue8m0=False, use_e4m3_sf=False,
          clamp_min_value=None, stochastic=False):
     """Quantize ``x`` to ``fmt`` with one scale per ``block_size = (gm, g)`` block.
@@ -400,13 +400,13 @@ def _cast_with_given_sf(values, in_scale, fmt, block, sf, col_major, packed, use
     return _encode(values * _multiplier(in_scale, _expand(sf_inv, block, values.shape)), fmt)
 
 
-def cast_back(x, fmt, x_block_size):
+def cast_back(x, fmt, block_size=(32, 32)):
     """Dequantize a ``(data, sf)`` pair: ``decode(data) * sf[block]`` in fp32, then to ``fmt``.
 
-    fmt: 'bf16' or 'fp32'. x_block_size: the (gm, g) block of ``sf``.
+    fmt: 'bf16' or 'fp32'. block_size: the (gm, g) block of ``sf`` (the peer's name and default).
     """
     _check_choice('fmt', fmt, tuple(_BACK_FMTS))
-    values, scale = _dequantize(x, x_block_size)
+    values, scale = _dequantize(x, block_size)
     out = (values * scale).to(_BACK_FMTS[fmt])
     return _canonicalize_nan(out)
 

@@ -118,7 +118,7 @@ def _nibbles(data):
     return torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2)
 
 
-def batched_transpose_weight_sf(sf, block_size, transpose_sf1s, outs):
+def batched_transpose_weight_sf(sf, block_size, transpose_sf1s, outs=None):
     """Per-weight fp32 power-of-two block scales -> ``[(sf0, sf1), ...]`` packed UE8M0 int32.
 
     sf[w]: contiguous fp32 ``[n/bs, k/bs]`` or ``[G, n/bs, k/bs]`` (n, k multiples of 128).
@@ -126,7 +126,8 @@ def batched_transpose_weight_sf(sf, block_size, transpose_sf1s, outs):
     r // bs, four consecutive k-blocks per int32 (byte i = block 4q + i).
     sf1 ``[G?, k, ceil(n/bs/4)]`` strides ``(k*N4, 1, k)``: row c holds block column c // bs,
     packed along n; with transpose_sf1s[w] the same storage is returned as the row-major
-    ``[G?, ceil(n/bs/4), k]``. Unused pad bytes are 0. outs[w] = (sf0, sf1) given: written in place.
+    ``[G?, ceil(n/bs/4), k]``. Unused pad bytes are 0. outs[w] = (sf0, sf1) given: written in place (``outs`` is
+    ours: the peer's reference takes none).
     """
     results = []
     for w, s in enumerate(sf):
