@@ -6,7 +6,7 @@ per_token_cast of its fp32 output. ``amax`` is already clamped to the floor.
 """
 import tilelang.language as T
 
-from kernels.common.numerics import pow2, round_sf_exponent
+from kernels.common.numerics import pow2, pow2_inverse, round_sf_exponent
 
 
 def fp32_scale(amax, round_sf, fmt_max):
@@ -17,14 +17,14 @@ def fp32_scale(amax, round_sf, fmt_max):
     """
     e = round_sf_exponent(amax, fmt_max)
     sf = T.if_then_else(round_sf != 0, pow2(e), T.call_extern("float32", "__fdiv_rn", amax, T.float32(fmt_max)))
-    inv = T.if_then_else(round_sf != 0, pow2(-e), T.call_extern("float32", "__fdiv_rn", T.float32(fmt_max), amax))
+    inv = T.if_then_else(round_sf != 0, pow2_inverse(e), T.call_extern("float32", "__fdiv_rn", T.float32(fmt_max), amax))
     return sf, inv
 
 
 def ue8m0_scale(amax, fmt_max):
     """(UE8M0 byte as uint8, multiplier 2**-e) of a power-of-two scale."""
     e = round_sf_exponent(amax, fmt_max)
-    return T.Cast("uint8", e + 127), pow2(-e)
+    return T.Cast("uint8", e + 127), pow2_inverse(e)
 
 
 @T.macro

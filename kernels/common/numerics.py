@@ -19,8 +19,17 @@ def round_sf_exponent(amax, fmt_max):
 
 
 def pow2(exponent):
-    """2**exponent as fp32, built by placing the biased exponent (exact)."""
+    """2**exponent as fp32 for exponent in [-126, 128], built by placing the biased exponent (exact; 128 gives +inf,
+    the scale of a block whose amax is inf)."""
     return T.reinterpret("float32", T.shift_left(exponent + 127, 23))
+
+
+def pow2_inverse(exponent):
+    """2**-exponent, the data multiplier of a power-of-two scale 2**exponent: 0 where the scale is +inf (exponent
+    128: a block holding an inf, whose finite values then quantize to signed zeros and the inf to NaN, as x / inf
+    does). Placing -128 in the exponent field would wrap into the sign bit and give -inf (finite values stored as
+    -+448 with flipped signs). Finite amax gives exponent <= 120, so nothing else changes."""
+    return T.if_then_else(exponent > 126, T.float32(0), pow2(-exponent))
 
 
 def e2m1_value(word, i):

@@ -72,7 +72,7 @@ def build(p, arch):
 def _build_encode(dtype):
     import tilelang.language as T
 
-    from kernels.common.numerics import pow2, round_sf_exponent
+    from kernels.common.numerics import pow2, pow2_inverse, round_sf_exponent
 
     f32 = "float32"
     x_numel, out_numel, sf_numel, sfb_numel = T.dynamic("x_numel, out_numel, sf_numel, sfb_numel")
@@ -135,7 +135,7 @@ def _build_encode(dtype):
 
             if round_sf != 0:
                 e = round_sf_exponent(amax[0], FMT_MAX)
-                inv[0] = pow2(-e)
+                inv[0] = pow2_inverse(e)
                 if tx == 0:
                     if sf_mode == SF_UE8M0:
                         sf_bytes[row * sf_stride] = T.Cast("uint8", e + 127)

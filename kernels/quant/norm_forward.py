@@ -64,7 +64,7 @@ def build(p, arch):
     """TileLang PrimFunc for one variant. ``arch`` only sets the occupancy hint (MIN_BLOCKS)."""
     import tilelang.language as T
 
-    from kernels.common.numerics import pow2, round_sf_exponent
+    from kernels.common.numerics import pow2, pow2_inverse, round_sf_exponent
 
     x_dtype, out_kind = p["x_dtype"], p["out_kind"]
     min_blocks = MIN_BLOCKS.get(arch, {}).get(x_dtype, 0)
@@ -267,7 +267,7 @@ def build(p, arch):
                                     sf_at = sf_base[0] + c * blocks_per_c * sf_stride_k
                                     if round_sf != 0:
                                         e = round_sf_exponent(amax[0], FMT_MAX)
-                                        inv[0] = pow2(-e)
+                                        inv[0] = pow2_inverse(e)
                                         if writer:
                                             sf[sf_at] = pow2(e)
                                     else:
@@ -276,7 +276,7 @@ def build(p, arch):
                                             sf[sf_at] = amax[0] / T.float32(FMT_MAX)
                                 else:
                                     e = round_sf_exponent(amax[0], FMT_MAX)
-                                    inv[0] = pow2(-e)
+                                    inv[0] = pow2_inverse(e)
                                     if writer:
                                         sf_word = sf_base[0] + c * (blocks_per_c // 4) * sf_stride_k
                                         sf[sf_word] = T.Cast("uint8", e + 127)

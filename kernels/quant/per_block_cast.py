@@ -46,7 +46,7 @@ def build(p, arch):
     import tilelang.language as T
 
     from kernels.common.cuda_source import PRMT_SOURCE, U32_AT_SOURCE, bf16_values
-    from kernels.common.numerics import e2m1_pack, pow2, round_sf_exponent
+    from kernels.common.numerics import e2m1_pack, pow2, pow2_inverse, round_sf_exponent
 
     del arch
     in_dtype, fmt = p["in_dtype"], p["fmt"]
@@ -136,13 +136,13 @@ def build(p, arch):
                     inv[0] = T.float32(1) / sf[sf_idx]
             elif sf_mode == SF_UE8M0:
                 e = round_sf_exponent(amax[0], fmt_max)
-                inv[0] = pow2(-e)
+                inv[0] = pow2_inverse(e)
                 if writer:
                     sf_bytes[T.Cast("int64", rb) * sf_stride_t + (kb // 4) * sf_stride_k + kb % 4] = \
                         T.Cast("uint8", e + 127)
             elif round_sf != 0:
                 e = round_sf_exponent(amax[0], fmt_max)
-                inv[0] = pow2(-e)
+                inv[0] = pow2_inverse(e)
                 if writer:
                     sf[sf_idx] = pow2(e)
             else:

@@ -58,7 +58,7 @@ def build(p, arch):
     import tilelang.language as T
 
     from kernels.common.block_scale import fold_column_amax
-    from kernels.common.numerics import pow2, round_sf_exponent
+    from kernels.common.numerics import pow2, pow2_inverse, round_sf_exponent
 
     del arch
     in_dtype, gm, sf_kind = p["in_dtype"], p["num_per_tokens"], p["sf_kind"]
@@ -167,10 +167,10 @@ def build(p, arch):
                         inv[i] = T.float32(FMT_MAX) / amax[i]
                         sfv[i] = amax[i] / T.float32(FMT_MAX)
                     else:
-                        inv[i] = pow2(-round_sf_exponent(amax[i], FMT_MAX))
+                        inv[i] = pow2_inverse(round_sf_exponent(amax[i], FMT_MAX))
                         sfv[i] = pow2(round_sf_exponent(amax[i], FMT_MAX))
                 else:
-                    inv[i] = pow2(-round_sf_exponent(amax[i], FMT_MAX))
+                    inv[i] = pow2_inverse(round_sf_exponent(amax[i], FMT_MAX))
                     sfv[i] = pow2(round_sf_exponent(amax[i], FMT_MAX))
             if warp == 0 and col_ok:
                 if sf_kind == "fp32":

@@ -37,7 +37,7 @@ def build(p, arch):
     import tilelang.language as T
 
     from kernels.common.block_scale import fold_column_amax
-    from kernels.common.numerics import pow2, round_sf_exponent
+    from kernels.common.numerics import pow2, pow2_inverse, round_sf_exponent
 
     del arch
     swiglu, gm, transpose = p["prologue"] == "swiglu", p["num_per_tokens"], p["transpose"]
@@ -136,7 +136,7 @@ def build(p, arch):
                     inv[i] = T.float32(FMT_MAX) / amax[i]
                     sfv[i] = amax[i] / T.float32(FMT_MAX)
                 else:
-                    inv[i] = pow2(-round_sf_exponent(amax[i], FMT_MAX))
+                    inv[i] = pow2_inverse(round_sf_exponent(amax[i], FMT_MAX))
                     sfv[i] = pow2(round_sf_exponent(amax[i], FMT_MAX))
             if warp == 0 and col_ok:
                 for i in T.vectorized(VEC):

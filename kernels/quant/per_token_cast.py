@@ -53,7 +53,7 @@ def build(p, arch):
 
     from kernels.common.cuda_source import (ABSMAX8_BF16_SOURCE, BF16X2_MAX_SOURCE, PRMT_SOURCE, U32_AT_SOURCE,
                                             absmax8_bf16, bf16_values)
-    from kernels.common.numerics import e2m1_pack, e2m1_value, pow2, round_sf_exponent
+    from kernels.common.numerics import e2m1_pack, e2m1_value, pow2, pow2_inverse, round_sf_exponent
     from kernels.common.stochastic import fp32_bits, quad_random_bits, to_e4m3x4_stochastic
 
     del arch
@@ -342,7 +342,7 @@ def build(p, arch):
                     if sf_kind == "fp32":
                         if round_sf != 0:
                             e = round_sf_exponent(my_amax[0], fmt_max)
-                            inv[0] = pow2(-e)
+                            inv[0] = pow2_inverse(e)
                             if roundtrip:
                                 deq[0] = pow2(e)
                             if writer:
@@ -363,7 +363,7 @@ def build(p, arch):
                             store_sf(sf, sf_tile, sf_idx, my_r, kb - by * cta_blocks, sf_q)
                     else:
                         e = round_sf_exponent(my_amax[0], fmt_max)
-                        inv[0] = pow2(-e)
+                        inv[0] = pow2_inverse(e)
                         if writer:
                             sf[T.Cast("int64", my_row) * sf_stride_t + (kb // 4) * sf_stride_k + kb % 4] = \
                                 T.Cast("uint8", e + 127)

@@ -203,3 +203,22 @@ def test_stochastic_cast_is_unbiased(seed):
     n = int(inexact.sum())
     p_below = float((decoded < x)[inexact].float().mean())
     assert n > 10000 and abs(p_below - 0.5) < 10 / n ** 0.5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1"])
+@pytest.mark.parametrize("opt", list(SCALE_OPTIONS))
+def test_blocks_holding_inf(seed, dtype, fmt, opt):
+    """A block with +-inf gets the scale +inf (UE8M0 byte 255 when packed); its finite values quantize to signed
+    zeros and the infs to NaN, as x / inf gives (before, the rounded scale's inverse wrapped to -inf and the finite
+    values were stored as -+448 with flipped signs)."""
+    round_sf, packed, e4m3sf, col = SCALE_OPTIONS[opt]
+    x = _input(9, 256, dtype)
+    x[0, 2], x[3, 130], x[5, 0], x[5, 200] = float("inf"), float("-inf"), float("inf"), float("-inf")
+    for g in (32, 128):
+        q, sf = kernelkiln.quant.per_token_cast(x, fmt, g, use_tma_aligned_col_major_sf=col, round_sf=round_sf,
+                                                use_packed_ue8m0=packed, use_e4m3_sf=e4m3sf)
+        rq, rsf = ref_cast(x, fmt, (1, g), round_sf=round_sf, use_tma_aligned_col_major_sf=col,
+                           use_packed_ue8m0=packed, use_e4m3_sf=e4m3sf)
+        _assert_bitwise(q, rq, "data")
+        _assert_bitwise(sf, rsf, "scales")

@@ -488,3 +488,17 @@ def test_cast_back_of_one_row_with_col_major_packed_scales():
 def test_packed_scales_of_zero_rows_decode():
     from kernelkiln.torch.quant import _unpack_ue8m0
     assert _unpack_ue8m0(torch.zeros(0, 2, dtype=torch.int32), (0, 7), 1).shape == (0, 7)
+
+
+@pytest.mark.parametrize("round_sf, packed", [(True, False), (True, True), (False, False)])
+def test_a_block_holding_inf_quantizes_to_signed_zeros(round_sf, packed):
+    """The peer's bytes for the probe row [1, -2, inf, 3, ...] (e4m3, 1 x 32): +0, -0, NaN, +0 ... and the scale +inf
+    (UE8M0 byte 255). Ours pins NaN to 0x7F (the GPU's canonical NaN; the peer's CPU reference gives 0xFF). With
+    round_sf the scale's inverse used to wrap to -inf: the finite values came out as -+448 with flipped signs."""
+    x = torch.tensor([[1.0, -2.0, float("inf"), 3.0] + [0.5] * 28])
+    q, sf = cast(x, "e4m3", (1, 32), round_sf=round_sf, use_packed_ue8m0=packed)
+    assert q.view(torch.uint8)[0, :5].tolist() == [0, 128, 127, 0, 0]
+    if packed:
+        assert sf.view(torch.uint8)[0, 0].item() == 255
+    else:
+        assert sf.item() == float("inf")

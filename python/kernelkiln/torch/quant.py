@@ -113,8 +113,14 @@ def _ceil_log2_exponent(v):
 
 
 def _exp2_exact(e):
-    """fp32 2**e for int32 ``e`` in [-126, 127], built by placing the exponent field."""
+    """fp32 2**e for int32 ``e`` in [-126, 128], built by placing the exponent field (128: +inf)."""
     return ((e + _UE8M0_BIAS) << _FP32_MANTISSA_BITS).view(torch.float32)
+
+
+def _exp2_inverse(e):
+    """The data multiplier 2**-e of a power-of-two scale 2**e: 0 where the scale is +inf (e = 128, a block holding
+    an inf: its finite values become signed zeros and the inf NaN, as x / inf gives). Finite amax has e <= 120."""
+    return torch.where(e > 126, torch.zeros((), dtype=torch.float32, device=e.device), _exp2_exact(-e))
 
 
 def _ue8m0_decode(b):
@@ -253,7 +259,7 @@ def _compute_scales(amax, fmt, round_sf, use_e4m3_sf):
         # Multiply by the fp32-rounded reciprocal, as the kernels do; the
         # power-of-two bin is then taken from the bits.
         e = _ceil_log2_exponent(amax * _const(amax, 1.0 / FMT_MAX[fmt]))
-        return _exp2_exact(e), _exp2_exact(-e)
+        return _exp2_exact(e), _exp2_inverse(e)
     if use_e4m3_sf:
         sf = _to_e4m3(amax / fmt_max)
         # The reciprocal of the *rounded* scale, so decode(q) * sf reproduces x.

@@ -26,6 +26,7 @@ from .quant import (
     _ceil_log2_exponent,
     _const,
     _exp2_exact,
+    _exp2_inverse,
     _pack_ue8m0,
     _to_tma_col_major,
     _ue8m0_bytes,
@@ -122,7 +123,7 @@ def cast_to_e5m6(x, num_per_channels=None, round_sf=False, use_tma_aligned_col_m
     amax = torch.maximum(amax, _const(amax, clamp))
     if round_sf:
         e = _ceil_log2_exponent(amax * _const(amax, 1.0 / E5M6_MAX))
-        sf, sf_inv = _exp2_exact(e), _exp2_exact(-e)
+        sf, sf_inv = _exp2_exact(e), _exp2_inverse(e)
     else:
         fmt_max = _const(amax, E5M6_MAX)
         sf, sf_inv = amax / fmt_max, fmt_max / amax
