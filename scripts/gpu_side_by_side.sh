@@ -2,14 +2,17 @@
 # KernelKiln and tile_kernels 2.1.0 side by side on the GPU machine (benchmarks/bench_side_by_side.py).
 #   here:    scripts/gpu_verify.sh prepare && scripts/gpu_side_by_side.sh prepare   # the peer's wheels too
 #   device:  run tool, carry [".gpu-carry"], command: bash scripts/gpu_side_by_side.sh device
-# The peer needs tilelang (and its Python dependencies, which must be on the GPU machine's image: z3-solver alone
-# would not fit the device tool's 64 MiB carry beside tilelang's wheel) and nvcc for its JIT.
+# The peer needs tilelang and nvcc for its JIT. The GPU machine's image (Python 3.12.3) has nvcc and most of
+# tilelang's dependencies but not z3-solver (29 MB) or torch_c_dlpack_ext (benchmarks/results/2026-12-02-28a7dd5739/
+# probe.txt), and tilelang (49.5 MB) + z3-solver exceed the device tool's 64 MiB carry: this does not run there yet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:?usage: gpu_side_by_side.sh prepare|device}" in
 prepare)
   rm -rf .gpu-carry/peer && mkdir -p .gpu-carry/peer
-  python3 -m pip download -q --no-deps -d .gpu-carry/peer tilelang==0.1.15 apache-tvm-ffi==0.1.12
+  # wheels for the GPU machine's Python 3.12
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-carry/peer \
+      tilelang==0.1.15 apache-tvm-ffi==0.1.12 z3-solver==4.15.4.0 torch-c-dlpack-ext
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .gpu-carry/peer tile-kernels==2.1.0
   du -sh .gpu-carry .gpu-carry/peer
   ;;
