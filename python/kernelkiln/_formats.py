@@ -40,8 +40,13 @@ def ue8m0_bytes(sf):
 def pack_ue8m0_bytes(exp_bytes, dim):
     """Pack int32 bytes ``[Mb, Kb]`` four per int32 along ``dim``; byte i of word q is block 4q+i (unused bytes 0)."""
     if dim == 0:
-        return pack_ue8m0_bytes(exp_bytes.T, 1).T.contiguous()
+        packed = pack_ue8m0_bytes(exp_bytes.T, 1).T
+        # an empty tensor counts as contiguous whatever its strides: give it the row-major ones
+        return packed.contiguous() if packed.numel() else torch.zeros(packed.shape, dtype=packed.dtype,
+                                                                       device=packed.device)
     mb, kb = exp_bytes.shape
+    if mb == 0 or kb == 0:  # an empty byte tensor's strides cannot be reinterpreted as int32 ones
+        return torch.zeros((mb, -(-kb // 4)), dtype=torch.int32, device=exp_bytes.device)
     buf = torch.zeros((mb, -(-kb // 4) * 4), dtype=torch.uint8, device=exp_bytes.device)
     buf[:, :kb] = exp_bytes.to(torch.uint8)
     # Reinterpreting 4 bytes as one int32 is little-endian on every torch device.

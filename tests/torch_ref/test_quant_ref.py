@@ -502,3 +502,13 @@ def test_a_block_holding_inf_quantizes_to_signed_zeros(round_sf, packed):
         assert sf.view(torch.uint8)[0, 0].item() == 255
     else:
         assert sf.item() == float("inf")
+
+
+@pytest.mark.parametrize("block", [(128, 1), (1, 128), (128, 128)])
+def test_zero_tokens_with_packed_scales_give_empty_tensors(block):
+    """As the peer's reference: empty data and an empty packed-scale tensor of the peer's shape (it used to raise on
+    viewing an empty byte tensor as int32 for (gm, 1) blocks)."""
+    q, sf = cast(torch.randn(0, 256), "e4m3", block, round_sf=True, use_packed_ue8m0=True)
+    assert q.shape == (0, 256) and sf.dtype == torch.int32 and sf.numel() == 0
+    assert sf.shape == ((0, 256) if block == (128, 1) else (0, 1))
+    assert sf.stride() == torch.empty(sf.shape).stride()
