@@ -125,6 +125,25 @@ def bandwidth_record(name, params, fn, moved, ceiling, **extra):
     return rec
 
 
+def per_token_cast_launch(x, q, sf):
+    """(the kernel of per_token_cast bf16 -> e4m3, 1 x 128, fp32 row-major scales, and its PrimFunc-ordered
+    arguments for x [T, H] into q and sf): what the host-time benchmarks launch directly, bound by name once."""
+    from kernelkiln._runtime import store
+    from kernelkiln.quant import _per_token
+    t, h = x.shape
+    rows = _per_token.rows_for("bfloat16", "e4m3")
+    values = _per_token.CONTRACT.variant(in_dtype="bfloat16", in_sf_kind="none", fmt="e4m3", num_per_channels=128,
+                                         sf_kind="fp32", precomputed=False, rows=rows)
+    kernel = store().kernel(_per_token.OP, _per_token.CONTRACT.param_names, values, x.device.index or 0)
+    row_blocks, col_blocks = _per_token._grid(t, h, 8, rows)
+    args = kernel.bind_named(dict(
+        x=x.data_ptr(), out=q.data_ptr(), sf=sf.data_ptr(), num_tokens=t, hidden_div64=h // 64, x_stride_vec=h // 8,
+        out_stride_unit=h // 8, sf_stride_t=h // 128, sf_stride_k=1, round_sf=0, write_data=1, clamp_min=1e-4, x_sf=0,
+        in_sf_stride_t=0, in_sf_stride_k=0, in_block_m=1, in_block_k=1, num_row_blocks=row_blocks,
+        num_col_blocks=col_blocks))
+    return kernel, args
+
+
 def nbytes(*ts):
     return sum(t.numel() * t.element_size() for t in ts)
 

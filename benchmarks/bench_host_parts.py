@@ -14,7 +14,7 @@ import json
 import statistics
 import subprocess
 
-from bench_foundation import child_json, host_time_us
+from bench_foundation import child_json, host_time_us, per_token_cast_launch
 
 CALLS, REPS = 5000, 7
 
@@ -24,7 +24,6 @@ def child():
 
     import kernelkiln
     from kernelkiln._ops.launch import raw_stream as _raw_stream
-    from kernelkiln._runtime import store
     from kernelkiln._ops.outputs import RowOutputs
     from kernelkiln.quant import _per_token
 
@@ -37,20 +36,11 @@ def child():
     kernelkiln.quant.per_token_cast(x, "e4m3", 128)  # plans exist from here on
     kernelkiln.moe.topk_gate(scores, 8)
 
-    rows = _per_token.rows_for("bfloat16", "e4m3")
-    values = _per_token.CONTRACT.variant(in_dtype="bfloat16", in_sf_kind="none", fmt="e4m3", num_per_channels=128,
-                                         sf_kind="fp32", precomputed=False, rows=rows)
-    kernel = store().kernel(_per_token.OP, _per_token.CONTRACT.param_names, values, 0)
-    go = kernel.launcher_for(0)
-    dk = kernel.load(0)[1][0]
     q = torch.empty(t, h, dtype=fp8, device=dev)
     sf = torch.empty(t, h // 128, dtype=torch.float32, device=dev)
-    row_blocks, col_blocks = _per_token._grid(t, h, 8, rows)
-    args = kernel.bind_named(dict(
-        x=x.data_ptr(), out=q.data_ptr(), sf=sf.data_ptr(), num_tokens=t, hidden_div64=h // 64, x_stride_vec=h // 8,
-        out_stride_unit=h // 8, sf_stride_t=h // 128, sf_stride_k=1, round_sf=0, write_data=1, clamp_min=1e-4, x_sf=0,
-        in_sf_stride_t=0, in_sf_stride_k=0, in_block_m=1, in_block_k=1, num_row_blocks=row_blocks,
-        num_col_blocks=col_blocks))
+    kernel, args = per_token_cast_launch(x, q, sf)
+    go = kernel.launcher_for(0)
+    dk = kernel.load(0)[1][0]
     stream = _raw_stream(0)
     q_rows = RowOutputs(h, fp8, dev)
     parts = {

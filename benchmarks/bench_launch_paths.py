@@ -9,7 +9,7 @@ import argparse
 import json
 import os
 
-from bench_foundation import child_json, host_time_us
+from bench_foundation import child_json, host_time_us, per_token_cast_launch
 
 
 def child():
@@ -41,23 +41,13 @@ def _per_token_cast_breakdown(x):
     import torch
 
     from kernelkiln._ops.launch import raw_stream as _raw_stream
-    from kernelkiln._runtime import store
     from kernelkiln.quant import _per_token
     t, h = x.shape
     dev = x.device
-    rows = _per_token.rows_for("bfloat16", "e4m3")
-    values = _per_token.CONTRACT.variant(in_dtype="bfloat16", in_sf_kind="none", fmt="e4m3", num_per_channels=128,
-                                         sf_kind="fp32", precomputed=False, rows=rows)
-    ptc_kernel = store().kernel(_per_token.OP, _per_token.CONTRACT.param_names, values, 0)
-    go = ptc_kernel.launcher_for(0)
     q = torch.empty((t, h), dtype=torch.float8_e4m3fn, device=dev)
     sf = torch.empty((t, h // 128), dtype=torch.float32, device=dev)
-    row_blocks, col_blocks = _per_token._grid(t, h, 8, rows)
-    args = ptc_kernel.bind_named(dict(
-        x=x.data_ptr(), out=q.data_ptr(), sf=sf.data_ptr(), num_tokens=t, hidden_div64=h // 64, x_stride_vec=h // 8,
-        out_stride_unit=h // 8, sf_stride_t=h // 128, sf_stride_k=1, round_sf=0, write_data=1, clamp_min=1e-4, x_sf=0,
-        in_sf_stride_t=0, in_sf_stride_k=0, in_block_m=1, in_block_k=1, num_row_blocks=row_blocks,
-        num_col_blocks=col_blocks))
+    ptc_kernel, args = per_token_cast_launch(x, q, sf)
+    go = ptc_kernel.launcher_for(0)
     n = 10000
 
     def key():
