@@ -96,6 +96,11 @@ def load(path):
         if op == "build":
             continue
         variants.extend(expand(op, tables, source=str(path)))
+    if data.get("build", {}).get("representatives", False):
+        # every op's own representative variant (its contract's), so a new op needs no entry here
+        for op, contract in CONTRACTS.items():
+            if contract.representative is not None:
+                variants.extend(expand(op, [dict(contract.representative)], source=f"{op}'s contract"))
     return arches, _dedupe(variants)
 
 

@@ -8,7 +8,10 @@ An ``OpContract`` is the one place that says, for an op,
 * the launch-argument names of its PrimFunc, in order (``args``): the build checks them against the IR it lowers,
   and the runtime binds its values by these names, never by position;
 * the rules the runtime uses to pick a variant (``select``: plain functions of host values, so the build's
-  manifests, the presets test and the runtime all call the same code).
+  manifests, the presets test and the runtime all call the same code);
+* one representative variant (``representative``) that the CI subset builds without a manifest entry of its own;
+* its specification (``doc``: what it computes and the numerics that decide its bits), which docs/spec/ is
+  generated from.
 
 Nothing here imports torch, TileLang or the runtime: the kernels, build_tools and the runtime all import it.
 """
@@ -61,6 +64,7 @@ class OpContract:
     constraints: Optional[Callable[[Mapping], Optional[str]]] = None  # cross-constraints: a reason, or None
     select: Mapping[str, Callable] = field(default_factory=dict)  # the runtime's variant-selection rules
     doc: str = ""
+    representative: Optional[Mapping] = None  # the variant manifests with ``representatives = true`` build
 
     def __post_init__(self):
         names = tuple(p.name for p in self.params)
@@ -69,6 +73,10 @@ class OpContract:
                 raise ValueError(f"{self.op}: parameter name {n!r} is not an identifier")
         object.__setattr__(self, "_param_names", names)  # read on every lookup: computed once
         object.__setattr__(self, "key", _key_function(self.op, self.params))
+        if self.representative is not None:
+            reason = self.invalid_reason({**self.defaults, **self.representative})
+            if reason:
+                raise ValueError(f"{self.op}: its representative variant cannot be built: {reason}")
 
     @property
     def param_names(self):

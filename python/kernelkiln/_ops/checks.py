@@ -63,3 +63,22 @@ def out_pair(out, use_tma_aligned_col_major_sf):
 # Synchronize after each kernel that reports errors through host-mapped flags and raise at once
 # (KERNELKILN_SYNC_CHECKS=1 or kernelkiln.moe.set_sync_checks); shared by the routing and quant ops.
 sync_checks = [os.environ.get("KERNELKILN_SYNC_CHECKS", "0") == "1"]
+
+
+def contiguous(name, t):
+    """Kernels that address a tensor as one flat array need it compact and row-major."""
+    if not t.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (row-major, no gaps), got strides {tuple(t.stride())} for shape "
+                         f"{tuple(t.shape)}; pass {name}.contiguous()")
+
+
+def int_arg(name, value):
+    """A Python int (not a bool, not a tensor)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a Python int, got {type(value).__name__}")
+
+
+def float_arg(name, value):
+    """A Python number passed to a kernel as an fp32 scalar."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a Python float, got {type(value).__name__}")

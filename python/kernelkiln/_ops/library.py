@@ -26,12 +26,16 @@ _lock = threading.Lock()
 class _Declaration:
     def __init__(self, name, impl, fake, mutates_args):
         self.name, self.impl, self.fake, self.mutates_args = name, impl, fake, mutates_args
+        self.autograd = None  # (backward, setup_context) of ops that have a derivative formula
 
     def register(self):
         if self.fake is None:
             raise RuntimeError(f"torch op {self.name!r} ({self.impl.__module__}) has no fake implementation")
         op = torch.library.custom_op(f"{NAMESPACE}::{self.name}", self.impl, mutates_args=self.mutates_args)
         op.register_fake(self.fake)
+        if self.autograd is not None:
+            backward, setup_context = self.autograd
+            op.register_autograd(backward, setup_context=setup_context)
 
 
 class OpHandle:
@@ -45,6 +49,10 @@ class OpHandle:
         """Decorator: ``fake`` is the op's fake implementation (shapes and dtypes of its outputs)."""
         self.declaration.fake = fake
         return fake
+
+    def register_autograd(self, backward, setup_context):
+        """The op's derivative formula (torch.library.register_autograd's arguments), registered with the op."""
+        self.declaration.autograd = (backward, setup_context)
 
     def __call__(self, *args, **kwargs):
         return getattr(getattr(torch.ops, NAMESPACE), self.name)(*args, **kwargs)
