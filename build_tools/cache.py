@@ -39,6 +39,8 @@ def _shared_digest():
 
 
 _COMMON_IMPORT = re.compile(r"kernels\.common(?:\.(\w+)|\s+import\s+\(?([\w, \n]+))")
+# constants a kernel takes from its op's contract module (``from kernelkiln_contract.engram import ...``)
+_CONTRACT_IMPORT = re.compile(r"kernelkiln_contract\.(\w+)")
 
 
 def _common_deps(source, seen=None):
@@ -64,6 +66,9 @@ def lower_key(variant, arch, module_file):
     h.update(source)
     for dep in _common_deps(source.decode()):
         h.update(b"\0" + dep.name.encode() + b"\0" + dep.read_bytes())
+    for name in sorted(set(_CONTRACT_IMPORT.findall(source.decode()))):
+        dep = _ROOT / "python" / "kernelkiln_contract" / f"{name}.py"
+        h.update(b"\0contract:" + name.encode() + b"\0" + dep.read_bytes())
     return h.hexdigest()
 
 
