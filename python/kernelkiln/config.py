@@ -5,6 +5,9 @@ manifest: PDL is a launch attribute (every kernel is built with the PDL
 wait/trigger, which are no-ops when launched without it), the amax floor is a
 kernel argument, and the SM count is read from the device at run time.
 """
+import functools
+import os
+
 from kernelkiln._formats import DEFAULT_CLAMP_MIN as _DEFAULT_CLAMP_MIN_VALUES  # noqa: E402
 
 _state = {}
@@ -26,17 +29,20 @@ def _check_int(name, value, lo=None):
         raise ValueError(f"{name} must be >= {lo}, got {value}")
 
 
-_device_sms = {}  # device index -> SM count (fixed for a process; launch paths ask for it per call)
+_device_sms = {}  # CUDA device index (or ("npu", index)) -> SM count: fixed for a process, launches ask per call
 
 
+@functools.lru_cache(maxsize=1)
 def is_ascend() -> bool:
-    """Whether this machine runs the Ascend (CANN) backend: an Ascend NPU's device manager is present."""
-    import os
+    """Whether this machine runs the Ascend (CANN) backend: an Ascend NPU's device manager is present. Answered once
+    per process, as the peer's is (``is_ascend.cache_clear()`` asks again)."""
     return os.path.exists("/dev/davinci_manager")
 
 
+@functools.lru_cache(maxsize=1)
 def get_device() -> str:
-    """The accelerator's torch device type: 'npu' on Ascend machines, else 'cuda'."""
+    """The accelerator's torch device type: 'npu' on Ascend machines, else 'cuda' (also where there is no GPU: the
+    tensors of the test helpers then fail on torch's own 'no CUDA' error, as the peer's do)."""
     return "npu" if is_ascend() else "cuda"
 
 
@@ -52,15 +58,28 @@ def require_cuda(what):
 
 
 def get_device_num_sms(device=None):
+    """The SM count of ``device`` (default: the current one); on Ascend, as the peer's, the NPU's cube-core count.
+    Read once per device (``get_device_num_sms.cache_clear()`` forgets them)."""
     import torch
-    require_cuda("get_device_num_sms")
     idx = None if device is None else torch.device(device).index
+    if is_ascend():
+        npu = torch.npu
+        if idx is None:
+            idx = npu.current_device()
+        key = ("npu", idx)
+        if key not in _device_sms:
+            _device_sms[key] = npu.get_device_properties(idx).cube_core_num
+        return _device_sms[key]
+    require_cuda("get_device_num_sms")
     if idx is None:  # no device, or "cuda" without an index: the current device
         idx = torch.cuda.current_device()
     n = _device_sms.get(idx)
     if n is None:
         n = _device_sms[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
     return n
+
+
+get_device_num_sms.cache_clear = _device_sms.clear
 
 
 # The Ascend core-count queries of the peer's API. On CUDA an SM is each of them: kernels that use the AI cores
@@ -96,7 +115,12 @@ def get_max_ub_per_vector_core(use_simt: bool = True) -> int:
     return (216 if use_simt else 248) * 1024
 
 
+# Nothing to forget (not cached: the answer follows is_ascend); kept for the peer's lru_cache API.
+get_max_ub_per_vector_core.cache_clear = lambda: None
+
+
 _device_smem = {}
+get_max_smem_per_sm.cache_clear = _device_smem.clear
 
 
 def set_num_sms(num_sms: int) -> None:
