@@ -17,6 +17,8 @@ from kernelkiln_contract import moe as moe_contract  # noqa: E402  (loaded by bu
 PRESET_DIR = ROOT / "manifests" / "presets"
 PRESETS = sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
 CUDA_ONLY = "need a CUDA tensor"  # checks.cuda: raised only after every shape/option check passed
+# MoE models (router and casts); the Engram preset has its own shape table and check below
+MOE_PRESETS = [n for n in PRESETS if "experts" in tomllib.loads((PRESET_DIR / f"{n}.toml").read_text())["build"]["model"]]
 
 
 def _model(name):
@@ -38,13 +40,13 @@ def test_default_manifest_covers_preset(name):
     assert not missing, f"preset {name}: not in manifests/default.toml: {missing}"
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", MOE_PRESETS)
 def test_model_shape_table(name):
     m = _model(name)
     assert isinstance(m["name"], str) and m["hidden"] > 0 and 1 <= m["topk"] <= m["experts"]
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", MOE_PRESETS)
 def test_topk_gate_shapes_pass_checks_and_select_preset_variants(name):
     from kernelkiln.moe import _topk
     m = _model(name)
@@ -66,7 +68,7 @@ def test_topk_gate_shapes_pass_checks_and_select_preset_variants(name):
 _SF_FLAGS = {"fp32": {}, "ue8m0": {"round_sf": True, "use_packed_ue8m0": True}, "e4m3": {"use_e4m3_sf": True}}
 
 
-@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("name", MOE_PRESETS)
 def test_per_token_cast_hidden_size_passes_checks(name):
     from kernelkiln.quant import _per_token
     m = _model(name)
@@ -112,3 +114,26 @@ def test_default_manifest_builds_the_rows_the_runtime_picks():
         want = manifest.Variant("per_token_cast", tuple({**p, "rows": rows}.items()))
         assert want.key in keys, f"the runtime would pick {want.key}, which the default manifest does not build"
         assert PER_TOKEN_CAST.invalid_reason(want.as_dict()) is None
+
+
+def test_engram_preset_shapes_pass_checks_and_select_preset_variants():
+    """Engram-27B's hash shape selects a variant the preset builds, and its hidden size passes the weight checks."""
+    from kernelkiln.engram import _engram_hash, _fused_weight
+    m = _model("engram-27b")
+    n, mm, layers, h, hc = (m["max_ngram_size"], m["num_embed_table_per_ngram"], m["num_ngram_layers"], m["hidden"],
+                            m["hc_mult"])
+    _, variants = manifest.load(PRESET_DIR / "engram-27b.toml")
+    keys = {v.key for v in variants}
+    for masked in (False, True):
+        key = manifest.Variant("engram_hash", tuple(zip(_engram_hash.CONTRACT.param_names,
+                                                        _engram_hash.CONTRACT.key(max_ngram_size=n,
+                                                                                  num_embed_table_per_ngram=mm,
+                                                                                  has_image_token_mask=masked)))).key
+        assert key in keys, f"engram-27b does not build {key}"
+    vocab = torch.ones(layers, n - 1, mm, dtype=torch.int32)
+    with pytest.raises(ValueError, match=CUDA_ONLY):
+        _engram_hash.engram_hash(torch.zeros(4, n, dtype=torch.int32), torch.ones(layers, n, dtype=torch.int64), vocab,
+                                 torch.zeros(layers, (n - 1) * mm, dtype=torch.int32))
+    w = torch.zeros(hc, h, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=CUDA_ONLY):
+        _fused_weight.fused_weight(w, w.clone())

@@ -159,3 +159,17 @@ def test_grad_w_reduce_argument_errors(bad, exc, match):
              grad_weight_hidden=torch.zeros(4, 512), grad_weight_embed=torch.zeros(4, 512))
     with pytest.raises(exc, match=match):
         kernelkiln.engram.grad_w_reduce(**bad(a))
+
+
+def test_the_peers_engram_reference_module_path(peer_engram):
+    """``tile_kernels.torch.engram`` holds every Engram reference; ours under the same path, same signatures."""
+    import inspect
+
+    from kernelkiln.torch import engram as ours
+    public = [n for n, v in vars(peer_engram).items() if inspect.isfunction(v) and not n.startswith("_")
+              and v.__module__ == peer_engram.__name__]
+    assert public, "no functions found in the peer's module"
+    for name in public:
+        assert name in ours.__all__, name
+        assert inspect.signature(getattr(ours, name)).parameters.keys() == \
+            inspect.signature(getattr(peer_engram, name)).parameters.keys(), name

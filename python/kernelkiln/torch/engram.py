@@ -1,15 +1,26 @@
 """References of the Engram hash and the gate weight's product and gradient reduction (torch only).
 
 ``make_offsets`` and ``engram_hash_ref`` have tile_kernels 2.1's names, signatures and results (integer arithmetic:
-any correct evaluation gives the same bits). ``fused_weight_ref`` and ``grad_w_reduce_ref`` are ours: they compute
+any correct evaluation gives the same bits). The module also holds every other Engram reference of the peer's
+``tile_kernels.torch.engram`` (the gate and the Sinkhorn steps, from their own modules), so tests that import that
+module path find them here. ``fused_weight_ref`` and ``grad_w_reduce_ref`` are ours: they compute
 in the kernels' order (the partial rows added in turn, then one fma per gradient), so the kernels are checked
 against them bit for bit.
 """
 import torch
 
+from kernelkiln.torch.engram_gate import engram_gate_ref
+from kernelkiln.torch.engram_sinkhorn import (
+    engram_sinkhorn_finalize_ref,
+    engram_sinkhorn_momentum_update_ref,
+    engram_sinkhorn_step_ref,
+)
 from kernelkiln.torch.fused import fma_f32
 
-__all__ = ["make_offsets", "engram_hash_ref", "fused_weight_ref", "grad_w_reduce_ref"]
+__all__ = ["make_offsets", "engram_hash_ref", "fused_weight_ref", "grad_w_reduce_ref",
+           # the peer's tile_kernels.torch.engram module path: the references of the gate and the Sinkhorn steps
+           "engram_gate_ref", "engram_sinkhorn_momentum_update_ref", "engram_sinkhorn_step_ref",
+           "engram_sinkhorn_finalize_ref"]
 
 
 def make_offsets(vocab_sizes: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,235 @@
+"""engram_gate_bwd: the Engram gate backward, hc = 4 (spec: the contract's doc, kernelkiln_contract.engram_gate).
+
+Thread level, because the bits of G = Σ go·v and of the weight-gradient partials are decided by which lane sums
+which elements in which order: 256 threads, warp w of head h = warp // 2 (w = warp % 2), lane l owns the 4-element
+vectors c·256 + 128w + 4l of its head's row, as the peer's. One CTA per partial row p (P = the SM count at run
+time), contiguous tokens per CTA. Per token:
+
+1. G: each lane sums go·v over its vectors (serial fma, c-major), xor butterfly, lane 0 stores the warp's sum in
+   shared memory (two slots per token parity, so one barrier per token suffices), G = S_0 + S_1 after the barrier.
+2. dg and the two coefficients from the saved raw dot, g, rx, rk; grad_v by every thread over 4-element vectors
+   (the fma chain over the 4 heads, any mapping gives the same bits).
+3. grad_x, grad_k elementwise; the weight-gradient term fma(dg·x, k, acc) into the thread's accumulators: registers
+   for the first REG_GROUPS groups (loads of every group issued unconditionally, clamped to the row, so they can be
+   in flight together; the terms of groups past the end are not added), the thread's own row of grad_w_partial for
+   groups beyond (read, fma, write per token, in the same order).
+
+grad_out, x, k, w and v are read from global memory each time they are needed (the rereads of go hit L1); no
+shared memory beyond the 16 floats of the cross-warp sums, so H is a runtime value.
+"""
+from kernelkiln_contract.engram_gate import GATE_BWD_REG_GROUPS as REG_GROUPS
+from kernelkiln_contract.engram_gate import GATE_BWD_THREADS as THREADS
+from kernelkiln_contract.engram_gate import GATE_BWD_UNROLL as UNROLL
+
+PASS_CONFIGS = {
+    "tl.disable_tma_lower": True,
+    "tl.disable_warp_specialized": True,
+    "tl.disable_safe_memory_legalize": True,
+    "tl.disable_thread_storage_sync": True,  # the one barrier per token is placed by hand
+}
+
+VEC = 4  # elements per lane and group
+WARPS_PER_HEAD = 2
+LANES_PER_HEAD = 64  # 4-element vectors per group of a head: 64 · 4 = 256
+
+
+def build(p, arch):
+    import tilelang.language as T
+
+    del arch
+    hc = p["hc_mult"]
+    has_mask = bool(p["has_image_token_mask"])
+    assert hc * WARPS_PER_HEAD * 32 == THREADS
+    n_x, n_kv, n_w, n_s, n_m, n_p = T.dynamic("n_x, n_kv, n_w, n_s, n_m, n_p")
+
+    def fma(a, b, c):
+        return T.call_extern("float32", "__fmaf_rn", a, b, c)
+
+    def mul(a, b):
+        return T.call_extern("float32", "__fmul_rn", a, b)
+
+    def f32(v):
+        return T.Cast("float32", v)
+
+    @T.prim_func
+    def engram_gate_bwd(
+        grad_out: T.Tensor((n_x,), "bfloat16"),  # [T, hc, H]
+        hidden_states: T.Tensor((n_x,), "bfloat16"),  # [T, hc, H]
+        kv: T.Tensor((n_kv,), "bfloat16"),  # [T, hc + 1, H]
+        weight_fused: T.Tensor((n_w,), "float32"),  # [hc, H]
+        dot_in: T.Tensor((n_s,), "float32"),  # [T, hc] each
+        gate_in: T.Tensor((n_s,), "float32"),
+        rstd_x_in: T.Tensor((n_s,), "float32"),
+        rstd_k_in: T.Tensor((n_s,), "float32"),
+        image_token_mask: T.Tensor((n_m,), "bool"),  # [T]; unused without a mask
+        grad_x: T.Tensor((n_x,), "bfloat16"),
+        grad_kv: T.Tensor((n_kv,), "bfloat16"),
+        grad_w_partial: T.Tensor((n_p,), "float32"),  # [P, hc, H]
+        num_tokens: T.int32,
+        num_groups: T.int32,  # H / 256
+        scalar: T.float32,  # fp32(H^-1/2)
+        clamp_value: T.float32,
+        num_partials: T.int32,  # P, the grid
+    ):
+        with T.Kernel(num_partials, threads=THREADS) as pid:
+            tid = T.get_thread_binding()
+            acc = T.alloc_local((REG_GROUPS * VEC,), "float32")
+            gob = T.alloc_local((UNROLL * VEC,), "bfloat16")
+            vb = T.alloc_local((UNROLL * VEC,), "bfloat16")
+            go4 = T.alloc_local((VEC,), "bfloat16")
+            x4 = T.alloc_local((VEC,), "bfloat16")
+            k4 = T.alloc_local((VEC,), "bfloat16")
+            w4 = T.alloc_local((VEC,), "float32")
+            p4 = T.alloc_local((VEC,), "float32")
+            o4 = T.alloc_local((VEC,), "bfloat16")
+            q4 = T.alloc_local((VEC,), "bfloat16")
+            z4 = T.alloc_local((VEC,), "bfloat16")
+            gh = T.alloc_local((hc,), "float32")
+            gv = T.alloc_local((VEC,), "float32")
+            sums = T.alloc_shared((2 * hc * WARPS_PER_HEAD,), "float32")
+            s = T.alloc_var("float32")
+            dg = T.alloc_var("float32")
+            cx = T.alloc_var("float32")
+            ck = T.alloc_var("float32")
+            masked = T.alloc_var("bool")
+            T.pdl_sync()
+            warp = tid // 32
+            lane = tid % 32
+            head = warp // WARPS_PER_HEAD
+            half = warp % WARPS_PER_HEAD
+            slot = half * 32 + lane  # the thread's 4-element vector within a group of its head
+            row_vecs = num_groups * LANES_PER_HEAD  # 4-element vectors per row of H
+            hidden = f32(num_groups * (LANES_PER_HEAD * VEC))
+            h4 = num_groups * LANES_PER_HEAD  # 4-element vectors of a v row, walked by all threads for grad_v
+            w_row = T.Cast("int64", head) * row_vecs
+            p_row = (T.Cast("int64", pid) * hc + head) * row_vecs
+            per_block = T.truncdiv(num_tokens + num_partials - 1, num_partials)
+            t_start = T.min(per_block * pid, num_tokens)
+            t_end = T.min(per_block * (pid + 1), num_tokens)
+            for i in T.unroll(REG_GROUPS * VEC):
+                acc[i] = T.float32(0)
+            for j in T.unroll(VEC):
+                z4[j] = T.Cast("bfloat16", T.float32(0))
+            for c in T.serial(REG_GROUPS, T.max(num_groups, REG_GROUPS)):
+                for j in T.vectorized(VEC):
+                    grad_w_partial[(p_row + c * LANES_PER_HEAD + slot) * VEC + j] = T.float32(0)
+            for t in T.serial(t_start, t_end):
+                t64 = T.Cast("int64", t)
+                x_row = (t64 * hc + head) * row_vecs  # in vectors, for go, x and grad_x
+                k_row = (t64 * (hc + 1) + head) * row_vecs
+                v_row = (t64 * (hc + 1) + hc) * row_vecs
+                masked = False
+                if has_mask:
+                    masked = image_token_mask[t]
+                if masked:
+                    for c in T.serial(num_groups):
+                        for j in T.vectorized(VEC):
+                            go4[j] = grad_out[(x_row + c * LANES_PER_HEAD + slot) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            grad_x[(x_row + c * LANES_PER_HEAD + slot) * VEC + j] = go4[j]
+                        for j in T.vectorized(VEC):
+                            grad_kv[(k_row + c * LANES_PER_HEAD + slot) * VEC + j] = z4[j]
+                    for q0 in T.serial(T.truncdiv(h4 + (THREADS - 1), THREADS)):
+                        if q0 * THREADS + tid < h4:
+                            for j in T.vectorized(VEC):
+                                grad_kv[(v_row + q0 * THREADS + tid) * VEC + j] = z4[j]
+                else:
+                    # 1. G = Σ go·v in the peer's lane order
+                    s = T.float32(0)
+                    for c0 in T.serial(T.truncdiv(num_groups + (UNROLL - 1), UNROLL)):
+                        for u in T.unroll(UNROLL):
+                            cc = T.min(c0 * UNROLL + u, num_groups - 1) * LANES_PER_HEAD + slot
+                            for j in T.vectorized(VEC):
+                                gob[u * VEC + j] = grad_out[(x_row + cc) * VEC + j]
+                            for j in T.vectorized(VEC):
+                                vb[u * VEC + j] = kv[(v_row + cc) * VEC + j]
+                        for u in T.unroll(UNROLL):
+                            if c0 * UNROLL + u < num_groups:
+                                for j in T.unroll(VEC):
+                                    s = fma(f32(gob[u * VEC + j]), f32(vb[u * VEC + j]), s)
+                    s = T.warp_reduce_sum(s)
+                    if lane == 0:
+                        sums[((t % 2) * hc + head) * WARPS_PER_HEAD + half] = s
+                    T.sync_threads()
+                    s = sums[((t % 2) * hc + head) * WARPS_PER_HEAD] + sums[((t % 2) * hc + head) * WARPS_PER_HEAD + 1]
+                    # 2. the gate derivative and the normalization coefficients
+                    raw = dot_in[t64 * hc + head]
+                    g = gate_in[t64 * hc + head]
+                    rx = rstd_x_in[t64 * hc + head]
+                    rk = rstd_k_in[t64 * hc + head]
+                    dg = T.if_then_else(
+                        mul(mul(mul(T.abs(raw), scalar), rx), rk) < clamp_value,
+                        T.float32(0),
+                        mul(mul(mul(mul(s, g), T.float32(1) - g), T.float32(0.5)),
+                            T.sqrt(mul(mul(scalar, rx), rk) / T.abs(raw))))
+                    cx = mul(mul(raw, rx), rx) / hidden
+                    ck = mul(mul(raw, rk), rk) / hidden
+                    # grad_v = Σ_h go_h·g_h, heads in order, from +0
+                    for hh in T.unroll(hc):
+                        gh[hh] = gate_in[t64 * hc + hh]
+                    for q0 in T.serial(T.truncdiv(h4 + (THREADS - 1), THREADS)):
+                        if q0 * THREADS + tid < h4:
+                            for j in T.unroll(VEC):
+                                gv[j] = T.float32(0)
+                            for hh in T.unroll(hc):
+                                for j in T.vectorized(VEC):
+                                    go4[j] = grad_out[((t64 * hc + hh) * row_vecs + q0 * THREADS + tid) * VEC + j]
+                                for j in T.unroll(VEC):
+                                    gv[j] = fma(f32(go4[j]), gh[hh], gv[j])
+                            for j in T.unroll(VEC):
+                                o4[j] = T.Cast("bfloat16", gv[j])
+                            for j in T.vectorized(VEC):
+                                grad_kv[(v_row + q0 * THREADS + tid) * VEC + j] = o4[j]
+                    # 3. grad_x, grad_k and the weight-gradient terms; register accumulators first
+                    for c in T.unroll(REG_GROUPS):
+                        cc = T.min(c, num_groups - 1) * LANES_PER_HEAD + slot
+                        for j in T.vectorized(VEC):
+                            go4[j] = grad_out[(x_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            x4[j] = hidden_states[(x_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            k4[j] = kv[(k_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            w4[j] = weight_fused[(w_row + cc) * VEC + j]
+                        if c < num_groups:
+                            for j in T.unroll(VEC):
+                                xf = f32(x4[j])
+                                kf = f32(k4[j])
+                                o4[j] = T.Cast("bfloat16", fma(fma(kf, w4[j], -mul(xf, cx)), dg, f32(go4[j])))
+                                q4[j] = T.Cast("bfloat16", mul(fma(xf, w4[j], -mul(kf, ck)), dg))
+                                acc[c * VEC + j] = fma(mul(dg, xf), kf, acc[c * VEC + j])
+                            for j in T.vectorized(VEC):
+                                grad_x[(x_row + cc) * VEC + j] = o4[j]
+                            for j in T.vectorized(VEC):
+                                grad_kv[(k_row + cc) * VEC + j] = q4[j]
+                    for c in T.serial(REG_GROUPS, T.max(num_groups, REG_GROUPS)):
+                        cc = c * LANES_PER_HEAD + slot
+                        for j in T.vectorized(VEC):
+                            go4[j] = grad_out[(x_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            x4[j] = hidden_states[(x_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            k4[j] = kv[(k_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            w4[j] = weight_fused[(w_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            p4[j] = grad_w_partial[(p_row + cc) * VEC + j]
+                        for j in T.unroll(VEC):
+                            xf = f32(x4[j])
+                            kf = f32(k4[j])
+                            o4[j] = T.Cast("bfloat16", fma(fma(kf, w4[j], -mul(xf, cx)), dg, f32(go4[j])))
+                            q4[j] = T.Cast("bfloat16", mul(fma(xf, w4[j], -mul(kf, ck)), dg))
+                            p4[j] = fma(mul(dg, xf), kf, p4[j])
+                        for j in T.vectorized(VEC):
+                            grad_x[(x_row + cc) * VEC + j] = o4[j]
+                        for j in T.vectorized(VEC):
+                            grad_kv[(k_row + cc) * VEC + j] = q4[j]
+                        for j in T.vectorized(VEC):
+                            grad_w_partial[(p_row + cc) * VEC + j] = p4[j]
+            for c in T.unroll(REG_GROUPS):
+                if c < num_groups:
+                    for j in T.vectorized(VEC):
+                        grad_w_partial[(p_row + c * LANES_PER_HEAD + slot) * VEC + j] = acc[c * VEC + j]
+            T.pdl_trigger()
+
+    return engram_gate_bwd
