@@ -26,7 +26,7 @@ def _check(grad_w_partial, weight_hidden, weight_embed, grad_weight_hidden, grad
         if tuple(g.shape) != (hc, h):
             raise ValueError(f"{name} must have the weights' shape {(hc, h)}, got {tuple(g.shape)}")
         checks.contiguous(name, g)
-    if grad_weight_hidden.data_ptr() == grad_weight_embed.data_ptr() and grad_weight_hidden.numel() and device:
+    if device and grad_weight_hidden.numel() and grad_weight_hidden.data_ptr() == grad_weight_embed.data_ptr():
         raise ValueError("grad_weight_hidden and grad_weight_embed must be different tensors (both are accumulated)")
     for name, x in (("grad_w_partial", grad_w_partial), ("weight_embed", weight_embed),
                     ("grad_weight_hidden", grad_weight_hidden), ("grad_weight_embed", grad_weight_embed)):
