@@ -86,3 +86,12 @@ def unpack_from_e2m1fn_x2(x, out_dtype=torch.float32):
     b = x.view(torch.uint8).to(torch.int64)
     nibbles = torch.stack((b & 0xF, b >> 4), dim=-1).flatten(-2)
     return e2m1_table(x.device)[nibbles].to(out_dtype)
+
+
+def round_to_tf32(x):
+    """fp32 -> fp32 whose upper 19 bits are ``x`` rounded to TF32, half away from zero: the bits plus 0x1000 (half of
+    the 13 bits a TF32 tensor core ignores), exactly as tile_kernels 1.0's ``round_to_tf32`` (the low 13 bits are
+    left as the addition gives them; the tensor cores never read them). Callers of the mhc pre-norm projection ops
+    round fn and out_mul_grad with it. Like the peer's it wraps the int32 addition (a NaN whose mantissa is all ones
+    becomes a negative tiny number) and carries values within half a TF32 ulp of the fp32 maximum into the NaN range."""
+    return (x.view(torch.int32) + 0x1000).view(torch.float32)
