@@ -78,3 +78,37 @@ def peer_wheel(tmp_path_factory):
         return cache[version]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def peer_reference(peer_wheel):
+    """``peer_reference(relpath, version="2.1.0")``: one of the peer's reference files (e.g. "torch/engram.py"),
+    loaded by path from its unpacked wheel, never installed. Its only tile_kernels import is
+    ``tile_kernels.config.is_ascend``, which a stand-in answers with False (the CUDA branches, the ones our kernels
+    follow) while the file loads; the stand-in is removed afterwards."""
+    import importlib.util
+    import types
+    cache = {}
+
+    def load(relpath, version="2.1.0"):
+        if (relpath, version) not in cache:
+            path = peer_wheel(version) / "tile_kernels" / relpath
+            saved = {k: sys.modules.get(k) for k in ("tile_kernels", "tile_kernels.config")}
+            package, config = types.ModuleType("tile_kernels"), types.ModuleType("tile_kernels.config")
+            config.is_ascend = lambda: False
+            sys.modules.update({"tile_kernels": package, "tile_kernels.config": config})
+            try:
+                name = f"peer_{version.replace('.', '_')}_{relpath.replace('/', '_').removesuffix('.py')}"
+                spec = importlib.util.spec_from_file_location(name, path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        sys.modules.pop(k, None)
+                    else:
+                        sys.modules[k] = v
+            cache[(relpath, version)] = mod
+        return cache[(relpath, version)]
+
+    return load

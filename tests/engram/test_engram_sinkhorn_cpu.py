@@ -1,10 +1,7 @@
 """Engram Sinkhorn ops on the CPU: our references against the peer's (tile_kernels 2.1.0's torch/engram.py, loaded by
 path from its wheel, never copied), the ordered references against independent scalar emulations of the kernels'
 order, the contract's thread choice, and every argument error of the public functions."""
-import importlib.util
 import struct
-import sys
-import types
 
 import pytest
 import torch
@@ -21,25 +18,9 @@ from kernelkiln_contract.engram_sinkhorn import CONTRACTS, sinkhorn_threads
 
 
 @pytest.fixture(scope="module")
-def peer(peer_wheel):
-    """The peer's torch/engram.py; its only tile_kernels import is config.is_ascend, stubbed as the CUDA branch."""
-    path = peer_wheel("2.1.0") / "tile_kernels" / "torch" / "engram.py"
-    stub_pkg = types.ModuleType("tile_kernels")
-    stub_cfg = types.ModuleType("tile_kernels.config")
-    stub_cfg.is_ascend = lambda: False
-    saved = {k: sys.modules.get(k) for k in ("tile_kernels", "tile_kernels.config")}
-    sys.modules["tile_kernels"], sys.modules["tile_kernels.config"] = stub_pkg, stub_cfg
-    try:
-        spec = importlib.util.spec_from_file_location("peer_engram", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    return mod
+def peer(peer_engram):
+    """The peer's torch/engram.py (tests/engram/conftest.py)."""
+    return peer_engram
 
 
 def _bits(t):

@@ -2,7 +2,6 @@
 mhc/norm_fn_kernel.py, loaded by path) and against an independent rounding in float64, ``tf32_operand`` and the
 ordered sum of squares against scalar emulations, the references composed with the RMS step against the peer's
 v1 torch form, and every argument error of the two public functions (raised before the CUDA check)."""
-import importlib.util
 import math
 
 import numpy as np
@@ -19,23 +18,16 @@ from kernelkiln.torch.mhc_norm_fn import (mhc_pre_norm_fn_bwd_mul_ref, mhc_pre_n
 finite_f32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
 
 
-def _load_by_path(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
-def peer_norm_fn(peer_wheel):
+def peer_norm_fn(peer_reference):
     """The peer's v1 norm_fn_kernel.py (it needs tilelang to import; its factories are never called here)."""
     pytest.importorskip("tilelang")
-    return _load_by_path(peer_wheel("1.0.0") / "tile_kernels" / "mhc" / "norm_fn_kernel.py", "peer_v1_norm_fn")
+    return peer_reference("mhc/norm_fn_kernel.py", "1.0.0")
 
 
 @pytest.fixture(scope="module")
-def peer_v1_mhc(peer_wheel):
-    return _load_by_path(peer_wheel("1.0.0") / "tile_kernels" / "torch" / "mhc.py", "peer_v1_mhc_refs")
+def peer_v1_mhc(peer_reference):
+    return peer_reference("torch/mhc.py", "1.0.0")
 
 
 def _bits(a, b):

@@ -2,9 +2,6 @@
 (tile_kernels 2.1.0's torch/mhc.py, loaded by path), the ordered backward against autograd, the backward's
 segmented recomputation (the kernel's loop, mirrored) against the one-pass reference, the fused pre-block against
 the unfused chain of ordered references (bit for bit), and every argument error of the public functions."""
-import importlib.util
-import sys
-import types
 
 import pytest
 import torch
@@ -22,24 +19,9 @@ NAN, INF = float("nan"), float("inf")
 
 
 @pytest.fixture(scope="module")
-def peer_mhc(peer_wheel):
-    """The peer's torch/mhc.py; it imports nothing of tile_kernels but a stand-in config is installed in case."""
-    path = peer_wheel("2.1.0") / "tile_kernels" / "torch" / "mhc.py"
-    saved = {k: sys.modules.get(k) for k in ("tile_kernels", "tile_kernels.config")}
-    package, config = types.ModuleType("tile_kernels"), types.ModuleType("tile_kernels.config")
-    config.is_ascend = lambda: False
-    sys.modules.update({"tile_kernels": package, "tile_kernels.config": config})
-    try:
-        spec = importlib.util.spec_from_file_location("peer_mhc_refs", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    return mod
+def peer_mhc(peer_reference):
+    """The peer's torch/mhc.py (loaded by path: tests/conftest.py's peer_reference)."""
+    return peer_reference("torch/mhc.py")
 
 
 def _logits(g, shape, scale=1.0):

@@ -2,7 +2,6 @@
 path from its wheel) — bitwise where both orders give the same bits (copies, exact small-integer data, one-hot
 mixes), within the peer's tolerances otherwise (forward and, through autograd of the peer's references, backward) —
 the kernels' reduction order written out a second way, and every argument error of the public functions."""
-import importlib.util
 
 import pytest
 import torch
@@ -20,13 +19,8 @@ SPECIAL = [float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 3.0e38, 1e-30]
 
 
 @pytest.fixture(scope="session")
-def peer_mhc(peer_wheel):
-    # torch/mhc.py imports torch only (no tile_kernels.config), so it loads without a stand-in package
-    path = peer_wheel("2.1.0") / "tile_kernels" / "torch" / "mhc.py"
-    spec = importlib.util.spec_from_file_location("peer_mhc_refs", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def peer_mhc(peer_reference):
+    return peer_reference("torch/mhc.py")
 
 
 def calc_diff(x, y):
