@@ -91,7 +91,9 @@ def cmd_package(args):
 
 
 def _cubin_key(cu, arch):
-    return cache.cubin_key(cu.read_bytes(), arch, toolchain.nvcc_version(), toolchain.NVCC_FLAGS)
+    # the source's fixed path enters the key: cubins compiled from other paths may differ (toolchain.py)
+    return cache.cubin_key(cu.read_bytes(), arch, toolchain.nvcc_version(),
+                           (*toolchain.NVCC_FLAGS, f"source-dir={toolchain.CANONICAL_SOURCE_ROOT}"))
 
 
 def _cubins_from_cache(gen, names_by_arch):
@@ -129,7 +131,9 @@ def cmd_nvcc(args):
     key = _cubin_key(cu, args.arch)
     data = cache.get(key, "kernel.cubin")
     if data is None:
-        r = subprocess.run(toolchain.nvcc_command(cu, out, args.arch, args.include), capture_output=True, text=True)
+        source = toolchain.canonical_source(cu)  # a fixed path: nvcc's output depends on the source's path
+        r = subprocess.run(toolchain.nvcc_command(source, out, args.arch, args.include), capture_output=True,
+                           text=True)
         if r.returncode:
             keys = []
             for stem in units.member_stems(cu.read_text()):
@@ -154,12 +158,12 @@ def cmd_check_store(args):
 
 
 def _write_ninja(path, gen_dir, names_by_arch):
-    lines = [f"rule nvcc\n  command = {' '.join(toolchain.nvcc_command('$in', '$out', '$arch'))}\n"
+    lines = [f"rule nvcc\n  command = {toolchain.ninja_nvcc_command()}\n"
              "  description = nvcc $out\n"]
     for a, names in names_by_arch.items():
         for s in names:
             base = Path(gen_dir) / f"{s}.{a}"
-            lines.append(f"build {base}.cubin: nvcc {base}.cu\n  arch = {a}\n")
+            lines.append(f"build {base}.cubin: nvcc {base}.cu\n  arch = {a}\n  stem = {s}.{a}\n  name = {s}.{a}.cu\n")
     Path(path).write_text("\n".join(lines))
 
 

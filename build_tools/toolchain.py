@@ -15,6 +15,12 @@ from pathlib import Path
 # Release flags: no -lineinfo (2.6x larger cubins and it embeds source paths).
 NVCC_FLAGS = ("--cubin", "-O3", "-std=c++20", "-w", "-Xcudafe", "--diag_suppress=177")
 
+# nvcc names internal-linkage objects (e.g. cuda::std's customization-point objects, which some TileLang templates
+# pull into a unit) after a hash of the source file's absolute path: one unit compiled from two directories gives
+# two different cubins. Every compile therefore reads its source from one fixed place per unit (the unit's file
+# name is content-addressed), so stores built anywhere, in shards or not, are byte-identical.
+CANONICAL_SOURCE_ROOT = Path("/tmp/kernelkiln-nvcc")
+
 
 def _from_distribution(dist, suffix):
     try:
@@ -60,6 +66,27 @@ def tilelang_include_dirs():
 
 def tilelang_version():
     return importlib.metadata.version("tilelang")
+
+
+def canonical_source(cu):
+    """A copy of the unit ``cu`` at its fixed path (written atomically: concurrent builds share it)."""
+    cu = Path(cu)
+    d = CANONICAL_SOURCE_ROOT / cu.stem
+    d.mkdir(parents=True, exist_ok=True)
+    target = d / cu.name
+    tmp = d / f"{cu.name}.{os.getpid()}.tmp"
+    tmp.write_bytes(cu.read_bytes())
+    os.replace(tmp, target)
+    return target
+
+
+def ninja_nvcc_command(include_flags=None):
+    """The ninja rule's command: copy ``$in`` to its fixed path (``canonical_source``, in shell), compile it there.
+    Ninja's ``$$`` is a literal ``$``: ``$$$$`` is the shell's PID, for a private temporary name."""
+    d = f"{CANONICAL_SOURCE_ROOT}/$stem"
+    compile_cmd = " ".join(nvcc_command(f"{d}/$name", "$out", "$arch", include_flags))
+    return (f"mkdir -p {d} && cp $in {d}/$name.$$$$.tmp && mv -f {d}/$name.$$$$.tmp {d}/$name && "
+            f"{compile_cmd}")
 
 
 def nvcc_command(cu, cubin, arch, include_flags=None):
