@@ -1,28 +1,12 @@
 """engram_hash, fused_weight and grad_w_reduce's host side on the CPU: what they hand the driver (through the launch
 recorder's stand-in, with the real launch shim and the ci-subset store's launch specs, which hold each op's
 representative variant)."""
-import json
-import shutil
-import struct
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from launch_capture import arg_values, capture, pointers
 
 _SCRIPT = r"""
-import json, os, sys
-sys.path.insert(0, {python!r}); sys.path.insert(0, {recorder!r})
-import recorder
-recorder._install_fake_cuda()
-os.environ["KERNELKILN_KERNEL_DIR"] = {store!r}
-rec = recorder.Recorder()
-recorder._install_driver(rec, {shim!r})
-import torch, kernelkiln
 from kernelkiln.torch import make_offsets
-out = {{}}
 ids = torch.randint(0, 1000, (300, 3), dtype=torch.int32)
 mult = torch.randint(1, 1000, (2, 3), dtype=torch.int64)
 vocab = torch.randint(1, 1000, (2, 2, 8), dtype=torch.int32)
@@ -41,37 +25,20 @@ rec.launches = []
 part, gh, ge = torch.randn(133, 4, 2560), torch.zeros(4, 2560), torch.zeros(4, 2560)
 kernelkiln.engram.grad_w_reduce(part, wh, we, gh, ge)
 out["reduce"] = recorder._canonical(rec.launches, [("part", part), ("wh", wh), ("we", we), ("gh", gh), ("ge", ge)])
-print(json.dumps(out))
 """
-
-
-def _i32(a):
-    return struct.unpack("<i", bytes.fromhex(a["int32"]))[0]
 
 
 @pytest.fixture(scope="module")
 def launches(subset_store, tmp_path_factory):
-    if shutil.which("cc") is None:
-        pytest.skip("no C compiler (cc) on this machine to build the launch shim")
-    so = tmp_path_factory.mktemp("shim") / "shim.so"
-    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(so), str(ROOT / "csrc" / "launch_shim.c")], check=True)
-    code = _SCRIPT.format(python=str(ROOT / "python"), recorder=str(ROOT / "tests" / "launch_record"),
-                          store=str(subset_store), shim=str(so))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def _ptrs(launch):
-    return [a["ptr"] for a in launch["args"] if "ptr" in a]
+    return capture(_SCRIPT, subset_store, tmp_path_factory)
 
 
 def test_hash_grid_is_token_blocks_by_layers(launches):
     (launch,) = launches["hash"]
     assert launch["symbol"].startswith("engram_hash_kernel") and launch["block"] == [128, 1, 1]
     assert launch["grid"] == [3, 2, 1]  # ceil(300 / 128) token blocks, 2 layers
-    assert {"ids+0", "mult+0", "vocab+0", "off+0", "mask+0", "out+0"} <= set(_ptrs(launch))
-    assert sorted(_i32(a) for a in launch["args"] if "int32" in a) == [2, 300]
+    assert {"ids+0", "mult+0", "vocab+0", "off+0", "mask+0", "out+0"} <= set(pointers(launch))
+    assert sorted(arg_values(launch, "int32")) == [2, 300]
 
 
 def test_hash_of_no_tokens_launches_nothing(launches):
@@ -81,11 +48,11 @@ def test_hash_of_no_tokens_launches_nothing(launches):
 def test_fused_weight_one_cta_per_256_elements(launches):
     (launch,) = launches["fused"]
     assert launch["grid"] == [4 * 2560 // 256, 1, 1] and launch["block"] == [32, 1, 1]
-    assert [_i32(a) for a in launch["args"] if "int32" in a] == [4 * 2560]
+    assert arg_values(launch, "int32") == [4 * 2560]
 
 
 def test_grad_w_reduce_partials_and_column_groups(launches):
     (launch,) = launches["reduce"]
     assert launch["block"] == [64, 1, 1] and launch["grid"] == [4 * 2560 // 256, 1, 1]
-    assert {"part+0", "wh+0", "we+0", "gh+0", "ge+0"} <= set(_ptrs(launch))
-    assert sorted(_i32(a) for a in launch["args"] if "int32" in a) == [133, 4 * 2560 // 4]
+    assert {"part+0", "wh+0", "we+0", "gh+0", "ge+0"} <= set(pointers(launch))
+    assert sorted(arg_values(launch, "int32")) == [133, 4 * 2560 // 4]

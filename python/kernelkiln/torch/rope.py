@@ -59,8 +59,13 @@ def rotary_embedding_ref(x, cos, sin, positions=None, seqlen_offsets=0, interlea
     a, b = _pairs(x.float(), rot, interleaved)
     ra = a * c - b * s
     rb = a * s + b * c
-    out = _unpairs(ra, rb, interleaved).to(x.dtype)
-    return torch.cat((out, x[..., rot:]), dim=-1) if rot < x.shape[-1] else out
+    # Rounded to x's dtype by writing into the pair slices of a copy, as the peer does: a strided (interleaved)
+    # write converts NaN to the canonical NaN, a contiguous one keeps its sign, so NaN bits match only this way.
+    out = x.clone()
+    ra_slot, rb_slot = _pairs(out, rot, interleaved)
+    ra_slot.copy_(ra)
+    rb_slot.copy_(rb)
+    return out
 
 
 def apply_rotary_ref(query, cos_sin_cache, key=None, positions=None, interleaved=False, conjugate=False,
