@@ -5,9 +5,10 @@ A family's ``__init__.py`` is two lines::
     from kernelkiln._ops.family import export_ops
     __all__ = export_ops(__name__, globals())
 
-Every module of the package (``_hash.py``, ``_gate_fwd.py``, ...) declares what it makes public in its ``__all__``;
-``export_ops`` imports each one, copies those names into the package and returns them, in module order. A new op is
-one new module and no line elsewhere. Two modules exporting one name is an error, not a silent override.
+Every module of the package (``_engram_hash.py``, ``_engram_gate_fwd.py``, ...) declares what it makes public in
+its ``__all__``; ``export_ops`` imports each one, copies those names into the package and returns them, in module
+order. A new op is one new module and no line elsewhere. Two modules exporting one name is an error, not a silent
+override.
 """
 import importlib
 import pkgutil
