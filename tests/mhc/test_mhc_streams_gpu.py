@@ -1,5 +1,5 @@
 """The mHC stream ops on the GPU: bit-identical to our ordered references (kernelkiln.torch.mhc_streams) on the
-peer's test shapes (FAMILIES.md §8), within the peer's tolerances of its own references, multilayer recompute bit
+peer's test shapes (its upstream tests), within the peer's tolerances of its own references, multilayer recompute bit
 for bit against the chain of our own pre_apply_mix_fwd + post_fwd kernels, special values and n = 0."""
 import pytest
 import torch

@@ -2,10 +2,10 @@
 
 * Gradients of the expand, mhc_post, mhc_pre (+ mhc_post, whose backward the fused residual gradient needs) and
   mhc_head pipelines against autograd through the peer-semantics references (kernelkiln.torch), at tile_kernels
-  1.0.0's test tolerances (FAMILIES.md §8) on its shapes and data (residual randn·(1 + 0.01·stream), fn
+  1.0.0's test tolerances (its upstream tests) on its shapes and data (residual randn·(1 + 0.01·stream), fn
   randn·1e-4, scale and base randn·0.1).
 * mhc_pre with and without autograd (the fused inference path) agree at 1e-4, norm_weight included (1.0.0's
-  inference path ignored it), and bit for bit (big_fuse ≡ the unfused chain of our kernels, FAMILIES.md §9).
+  inference path ignored it), and bit for bit (big_fuse ≡ the unfused chain of our kernels, as the peer checks).
 * The grad_from_mhc_post protocol sums the residual gradient: it matches the explicitly returned gradients.
 * torch.compile(fullgraph=True) equals eager bit for bit (every gradient of the single Functions and of mhc_head;
   a block's outputs and parameter gradients — its residual gradient is summed by autograd under compile instead
