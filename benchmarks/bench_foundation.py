@@ -40,6 +40,23 @@ def graph_time_us(fn, calls=20, reps=15):
     return statistics.median(times)
 
 
+def event_time_us(fn, calls=20, reps=15):
+    """Median time per call from CUDA events around ``calls`` eager calls: for steps a graph cannot capture (a
+    host-side pointer table copied per call, an autograd step), which then include their host time."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)
+
+
 def copy_ceiling_gbs(reps=5, calls=10):
     """Device-to-device copy of 1 GiB (bytes read + written), GB/s: median over reps of
     ``calls`` back-to-back copies between CUDA events. (Inside a CUDA graph the copy becomes a

@@ -11,32 +11,16 @@ norm_fn's backward read and write the gradient buffer), plus the mixes and param
 measured in the same run; timed by graph replay where capture takes an autograd step, else by CUDA events.
 """
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, start, write_results  # noqa: E402
+from bench_foundation import bandwidth_record, event_time_us, start, write_results  # noqa: E402
 
 M = 4
 M3 = M * (M + 2)
-
-
-def _event_time_us(fn, calls=10, reps=9):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
 
 
 def _record(name, shape, fn, moved, ceiling):
@@ -44,7 +28,7 @@ def _record(name, shape, fn, moved, ceiling):
         return bandwidth_record(name, shape, fn, moved, ceiling)
     except RuntimeError as exc:  # graph capture refused the autograd step
         torch.cuda.synchronize()
-        t = _event_time_us(fn)
+        t = event_time_us(fn, calls=10, reps=9)
         bw = moved / (t * 1e-6) / 1e9
         rec = dict(name=name, params=shape, time_us=round(t, 2), bytes=moved, bandwidth_gbs=round(bw, 1),
                    pct_of_copy=round(100 * bw / ceiling, 1), timing="events", graph_error=str(exc)[:200])

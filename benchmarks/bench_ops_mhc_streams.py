@@ -10,14 +10,13 @@ copies its address table from pinned host memory per call: it is timed by graph 
 else by CUDA events around eager calls (the record says which).
 """
 import json
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_foundation import bandwidth_record, start, write_results  # noqa: E402
+from bench_foundation import bandwidth_record, event_time_us, start, write_results  # noqa: E402
 
 M_STREAMS = 4
 
@@ -60,21 +59,6 @@ def _stream_records(mhc, n, ceiling):
     return out
 
 
-def _event_time_us(fn, calls=20, reps=15):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(calls):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
-    return statistics.median(times)
-
-
 def _multilayer_records(mhc, n, ceiling):
     out, m, h = [], M_STREAMS, 4096
     for layers, posts in ((10, 9), (10, 10)):
@@ -105,7 +89,7 @@ def _multilayer_records(mhc, n, ceiling):
             rec = bandwidth_record("mhc_multilayer_recompute", shape, fused, moved, ceiling, timing="graph")
         except RuntimeError as exc:  # capture refused the pinned-memory table copy
             torch.cuda.synchronize()
-            t = _event_time_us(fused)
+            t = event_time_us(fused)
             bw = moved / (t * 1e-6) / 1e9
             rec = dict(name="mhc_multilayer_recompute", params=shape, time_us=round(t, 2), bytes=moved,
                        bandwidth_gbs=round(bw, 1), pct_of_copy=round(100 * bw / ceiling, 1), timing="events",
