@@ -20,10 +20,10 @@ prepare)
   # Exactly the committed tree (HEAD), never uncommitted edits: the wheel is built from an
   # export of HEAD, and the tests and benchmarks that run on the device come from the same export.
   rm -rf .gpu-carry && mkdir -p .gpu-carry
-  git archive --format=tar HEAD > .gpu-carry/src.tar
+  git archive --format=tar.gz HEAD > .gpu-carry/src.tar.gz  # compressed: the carry is limited
   git rev-parse HEAD > .gpu-carry/git-sha
   if [ -n "${WHEEL:-}" ]; then cp "$WHEEL" .gpu-carry/; else
-    export_dir=$(mktemp -d) && tar -xf .gpu-carry/src.tar -C "$export_dir"
+    export_dir=$(mktemp -d) && tar -xzf .gpu-carry/src.tar.gz -C "$export_dir"
     python3 -m pip wheel "$export_dir" --no-deps -w .gpu-carry -v 2>&1 | tail -5
     rm -rf "$export_dir"; fi
   ls -la .gpu-carry
@@ -36,7 +36,7 @@ device)
   # --system-site-packages venv would not see torch). Nothing else of ours is importable.
   rm -rf /tmp/tk-site /tmp/tk-src && mkdir -p /tmp/tk-src
   python3 -m pip install -q --no-index --no-deps --target /tmp/tk-site .gpu-carry/kernelkiln-*.whl
-  tar -xf .gpu-carry/src.tar -C /tmp/tk-src && cd /tmp/tk-src  # tests + benchmarks of the wheel's commit
+  tar -xzf .gpu-carry/src.tar.gz -C /tmp/tk-src && cd /tmp/tk-src  # tests + benchmarks of the wheel's commit
   export PYTHONPATH=/tmp/tk-site
   PY=python3
   $PY - <<'PY'
@@ -59,11 +59,12 @@ PY
   # per-group logs and junit files go into one tar and one combined log.
   if [ -n "${GPU_TEST_FILES:-}" ]; then read -r -a all_files <<< "$GPU_TEST_FILES"
   else mapfile -t all_files < <(ls tests/*/test_*.py | sort); fi
-  work=$(mktemp -d) pids=()
-  for ((i = 0; i < nproc_tests; i++)); do
-    files=()
-    for ((j = i; j < ${#all_files[@]}; j += nproc_tests)); do files+=("${all_files[$j]}"); done
-    [ ${#files[@]} -gt 0 ] || continue
+  work=$(mktemp -d) pids=() i=0
+  # groups of about equal run time (scripts/split_tests.py: durations of the last committed GPU run)
+  mapfile -t groups < <($PY scripts/split_tests.py "$nproc_tests" "${all_files[@]}")
+  for line in "${groups[@]}"; do
+    read -r -a files <<< "$line"
+    i=$((i + 1))
     # (rc kept explicitly: under set -e a failing pytest would end the subshell before the rc line)
     (rc=0; KERNELKILN_TEST_INSTALLED=1 timeout -s INT "${GPU_TEST_TIMEOUT_S:-1800}" \
         $PY -m pytest "${files[@]}" -m gpu -q -p no:cacheprovider --maxfail=200 \

@@ -29,6 +29,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU and the compiled kernels")
 
 
+@pytest.fixture(autouse=True)
+def _release_cached_gpu_memory(request):
+    """The GPU run puts several pytest processes on one GPU; each one's caching allocator would keep its peak
+    reservation, and the others then fail small allocations. A GPU test gives its cached blocks back when it ends."""
+    yield
+    if HAS_GPU and "gpu" in request.node.keywords:
+        torch.cuda.empty_cache()
+
+
 @pytest.fixture
 def seed(request):
     """Fresh but reproducible random inputs per test (seed from the test id)."""
