@@ -24,7 +24,9 @@ prepare)
   git rev-parse HEAD > .gpu-carry/git-sha
   if [ -n "${WHEEL:-}" ]; then cp "$WHEEL" .gpu-carry/; else
     export_dir=$(mktemp -d) && tar -xzf .gpu-carry/src.tar.gz -C "$export_dir"
-    python3 -m pip wheel "$export_dir" --no-deps -w .gpu-carry -v 2>&1 | tail -5
+    # ARCHES=sm_90a: only the H200's arch (half the cold build) for a wheel that only the H200 runs
+    python3 -m pip wheel "$export_dir" --no-deps -w .gpu-carry -v \
+        ${ARCHES:+--config-settings=cmake.define.KERNELKILN_ARCHES=$ARCHES} 2>&1 | tail -5
     rm -rf "$export_dir"; fi
   ls -la .gpu-carry
   ;;
