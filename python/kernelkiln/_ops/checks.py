@@ -73,12 +73,12 @@ def contiguous(name, t):
 
 
 def int_arg(name, value):
-    """A Python int (not a bool, not a tensor)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """A Python int (not a bool, not a tensor); a SymInt where torch.compile traces with dynamic shapes."""
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
         raise TypeError(f"{name} must be a Python int, got {type(value).__name__}")
 
 
 def float_arg(name, value):
-    """A Python number passed to a kernel as an fp32 scalar."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A Python number passed to a kernel as an fp32 scalar (a SymInt/SymFloat under dynamic tracing)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, torch.SymInt, torch.SymFloat)):
         raise TypeError(f"{name} must be a Python float, got {type(value).__name__}")
