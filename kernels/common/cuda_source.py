@@ -12,22 +12,6 @@ def guarded(name, source):
     return f"\n#ifndef {macro}\n#define {macro}\n{source.strip()}\n#endif\n"
 
 
-# A compiler-only memory barrier that names a shared buffer. TileLang's mbarrier wait and arrive are `asm volatile`
-# without a "memory" clobber, so nvcc may move plain C++ loads of a TMA-filled buffer above the wait (they read the
-# stage before the copy lands: stale data, which hides when the stage held the same values before) or below the
-# arrive that frees it. Naming the buffer makes the pipeline pass place the call after the wait and before the
-# release, in the consumer, where it pins the loads; it emits no instruction.
-COMPILER_FENCE_SOURCE = guarded("compiler_fence", """
-__device__ __forceinline__ int tk_compiler_fence(const void*) { asm volatile("" ::: "memory"); return 0; }
-""")
-
-
-def compiler_fence(T, buf):
-    """Pin the plain loads of ``buf`` (a shared buffer element) between the pipeline's wait and release; the kernel
-    imports COMPILER_FENCE_SOURCE."""
-    T.evaluate(T.call_extern("int32", "tk_compiler_fence", T.address_of(buf)))
-
-
 # One 16-byte global store of four 32-bit words held in registers. nvcc splits TileLang's
 # `*(uint4*)(dst) = *(uint4*)(local_array)` into four 4-byte stores when the local array is one of
 # 32-bit words (seen in the SASS of the bf16 / fp32 transposes; byte arrays kept STG.128).

@@ -11,12 +11,6 @@ The sum of squares uses the register layout of that A operand: an m16n8k8 thread
 of its rows, so a [tokens, 4] accumulator is updated without any data movement, and one 4-lane butterfly finishes
 it. Its order (stated in the contract) was read from the lowered source of both arches. The automatic out-of-bounds
 guards are off: the TMA loads are bounded by the hardware and the stores are guarded here.
-
-The widening of x reads the TMA-filled stage with plain loads, which nvcc was free to move above the pipeline's
-mbarrier wait (TileLang's wait is an asm without a memory clobber): the H200 run of eaa11d0 found the first rows of
-some tiles read before their copy landed (run-to-run differences, sums of squares off their ordered reference; with
-one stage it did not show). Compiler fences that name the stage (kernels/common/cuda_source.compiler_fence) pin
-those loads between the wait and the release.
 """
 from kernelkiln_contract.mhc_norm_fn import FWD_HIDDEN as HB
 from kernelkiln_contract.mhc_norm_fn import FWD_STAGES as STAGES
@@ -32,8 +26,6 @@ PASS_CONFIGS = {"tl.disable_wgmma": True, "tl.disable_safe_memory_legalize": Tru
 
 def build(p, arch):
     import tilelang.language as T
-
-    from kernels.common.cuda_source import COMPILER_FENCE_SOURCE, compiler_fence
 
     del arch
     f32 = p["dtype"]
@@ -53,7 +45,6 @@ def build(p, arch):
             acc = T.alloc_fragment((TB, ROWS), f32)
             sq = T.alloc_fragment((TB, LANES), f32)
             sq_row = T.alloc_fragment((TB,), f32)
-            T.import_source(COMPILER_FENCE_SOURCE)
             t0 = bx * TB
             T.pdl_sync()
             T.clear(acc)
@@ -61,9 +52,7 @@ def build(p, arch):
             for kb in T.Pipelined(T.ceildiv(hidden, HB), num_stages=STAGES):
                 T.copy(x[t0, kb * HB], x_s)
                 T.copy(fn[0, kb * HB], fn_s)
-                compiler_fence(T, x_s[0, 0])  # after the wait for this stage
                 T.copy(x_s, x_f)
-                compiler_fence(T, x_s[0, 0])  # before its release
                 for c in T.serial(HB // LANES):
                     for i, j in T.Parallel(TB, LANES):
                         sq[i, j] += x_f[i, c * LANES + j] * x_f[i, c * LANES + j]
