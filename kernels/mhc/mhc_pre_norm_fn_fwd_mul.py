@@ -11,6 +11,11 @@ The sum of squares uses the register layout of that A operand: an m16n8k8 thread
 of its rows, so a [tokens, 4] accumulator is updated without any data movement, and one 4-lane butterfly finishes
 it. Its order (stated in the contract) was read from the lowered source of both arches. The automatic out-of-bounds
 guards are off: the TMA loads are bounded by the hardware and the stores are guarded here.
+
+One pipeline stage, not two: with 2 or 3 stages the H200 runs of eaa11d0 and c5644ad (scripts/diag_norm_fn.py)
+found the first 8 token rows of some tiles widened from wrong data, different tokens from run to run, with the
+SASS showing every load of a stage between its barrier wait and its release and compute-sanitizer reporting no
+hazard. The cause is not found; one stage gave 20 identical runs equal to the ordered reference.
 """
 from kernelkiln_contract.mhc_norm_fn import FWD_HIDDEN as HB
 from kernelkiln_contract.mhc_norm_fn import FWD_STAGES as STAGES
