@@ -28,6 +28,11 @@ M, M3 = 4, 24
 HIDDEN = [1280, 2560, 7168]
 TOKENS = [(1, 4096), (2, 1024)]
 BF16_TOL = dict(rtol=1.6e-2, atol=1e-5)  # torch.testing's bf16 defaults, what 1.0.0's post test used
+# 1.0.0's pre_apply_mix tolerance (rtol 1e-3, atol 1e-2) with rtol widened to one bf16 ulp (2^-7 of the value at
+# most): the reference's fp32 sums differ from the kernels' in the last bits, so a value near a rounding boundary
+# rounds to the neighbouring bf16, 0.015625 for values in [2, 4). The H200 run of 52c1343 measured exactly that in
+# 1-28 of 2.6-29 million layer inputs per case, and nothing larger.
+LAYER_INPUT_TOL = dict(rtol=2.0**-7, atol=1e-2)
 
 
 def _calc_diff(x, y):
@@ -135,12 +140,15 @@ def test_pre_pipeline(seed, a, b, h, norm_weight):
     li, post, comb, out, r, q = run(_our_pre, ops.mhc_post)
     li_r, post_r, comb_r, out_r, r_r, q_r = run(_ref_pre, mhc_post_ref)
     assert not hasattr(r.untyped_storage(), _common.GRAD_ATTR)
-    torch.testing.assert_close(li, li_r, rtol=1e-3, atol=1e-2)  # 1.0.0's pre_apply_mix tolerance
+    torch.testing.assert_close(li, li_r, **LAYER_INPUT_TOL)
     torch.testing.assert_close(post, post_r, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(comb, comb_r, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(out, out_r, rtol=1.6e-2, atol=1e-2)
     assert _calc_diff(r.grad, r_r.grad) < 1e-5
-    torch.testing.assert_close(q["fn"].grad, q_r["fn"].grad, rtol=0, atol=3e-2)  # 1.0.0's norm_fn tolerance
+    # fn's gradient is a TF32 GEMM over the tokens (its error bound is tested on the kernel, in
+    # tests/mhc/test_mhc_norm_fn_gpu.py); 1.0.0's absolute 3e-2 does not scale with the token count (the H200 run of
+    # 52c1343 measured 0.047 at 2048 tokens), so here the check is the statistical one of its other gradients.
+    assert _calc_diff(q["fn"].grad, q_r["fn"].grad) < 1e-6
     for name in ("scale", "base") + (("normw",) if norm_weight else ()):
         assert _calc_diff(q[name].grad, q_r[name].grad) < 1e-5, name
 
@@ -155,11 +163,11 @@ def test_head_pipeline(seed, a, b, h):
     r_r, q_r = residual.clone().requires_grad_(), _leaves(p)
     out = _our_head(r, q)
     expected = _ref_head(r_r, q_r)
-    torch.testing.assert_close(out, expected, rtol=1e-3, atol=1e-2)
+    torch.testing.assert_close(out, expected, **LAYER_INPUT_TOL)
     out.backward(go)
     expected.backward(go)
     assert _calc_diff(r.grad, r_r.grad) < 1e-5
-    torch.testing.assert_close(q["fn"].grad, q_r["fn"].grad, rtol=0, atol=3e-2)
+    assert _calc_diff(q["fn"].grad, q_r["fn"].grad) < 1e-6  # as in test_pre_pipeline
     for name in ("scale", "base", "normw"):
         assert _calc_diff(q[name].grad, q_r[name].grad) < 1e-5, name
 
