@@ -2,7 +2,7 @@
 
     python3 scripts/split_tests.py N FILE... > one line of space-separated files per group
 
-Durations come from the newest GPU run committed under benchmarks/results/ (its junit files); a file it did not
+Durations come from the fullest GPU run committed under benchmarks/results/ (its junit files); a file it did not
 time counts as the median. Longest first onto the least loaded group (LPT), so that no group runs past the
 device call's limit while others sit idle, as round-robin did.
 """
@@ -15,11 +15,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _testcases(run):
+    return sum(xml.read_text().count("<testcase ") for xml in run.glob("gpu_tests_*.xml"))
+
+
 def durations():
-    runs = sorted((d for d in (ROOT / "benchmarks" / "results").glob("20*") if list(d.glob("gpu_tests_*.xml"))),
-                  key=lambda d: d.name)
+    """Per-file seconds from the committed run that timed the most tests (a full run, not a rerun of a few files)."""
+    runs = [d for d in (ROOT / "benchmarks" / "results").glob("20*") if list(d.glob("gpu_tests_*.xml"))]
+    best = max(runs, key=lambda d: (_testcases(d), d.name), default=None)
     times = defaultdict(float)
-    for xml in (runs[-1].glob("gpu_tests_*.xml") if runs else ()):
+    for xml in (best.glob("gpu_tests_*.xml") if best else ()):
         for cls, t in re.findall(r'<testcase classname="([^"]+)" name="[^"]*" time="([0-9.]+)"', xml.read_text()):
             times[cls.replace(".", "/") + ".py"] += float(t)
     return times

@@ -25,7 +25,7 @@ def test_more_groups_than_files_leaves_none_empty():
     assert len(groups) == 2 and all(files for _, files in groups)
 
 
-def test_durations_of_the_newest_committed_run_cover_the_gpu_tests():
+def test_durations_of_the_fullest_committed_run_cover_the_gpu_tests():
     times = _module().durations()
     assert times, "no committed GPU run with junit files under benchmarks/results/"
     assert all(f.startswith("tests/") and f.endswith(".py") for f in times)
