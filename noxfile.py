@@ -124,7 +124,8 @@ def ci_workflow(session):
                     "cibuildwheel==4.3.5", "pyyaml")
     # workflow syntax and shape
     session.run("python", "-c", "import yaml; w = yaml.safe_load(open('.github/workflows/wheels.yml')); "
-                "jobs = w['jobs']; assert set(jobs) == {'kernels', 'merge', 'wheel', 'gpu-test', 'release'}, jobs; "
+                "jobs = w['jobs']; assert set(jobs) == {'kernels', 'merge', 'wheel', 'gpu-test', 'release', 'ascend', "
+                "'release-ascend'}, jobs; "
                 "assert jobs['kernels']['strategy']['matrix']['arch'] == ['sm_90a', 'sm_100a']; print('workflow ok')")
     actionlint(session)
     session.run("cibuildwheel", "--print-build-identifiers", "--platform", "linux")
@@ -135,6 +136,11 @@ def ci_workflow(session):
         session.run("python", "-m", "build_tools", "build", "--manifest", manifest, "--arches", arch,
                     "--out-dir", out, "-j", str(os.cpu_count() or 2))
         shards.append(out)
+    # job `ascend`, as far as a machine without CANN goes: lowering, the compile step skipping with its reason,
+    # the store check (its NPU tests skip: no NPU)
+    session.run("python", "-m", "build_tools", "build", "--manifest", manifest, "--arches", "dav-3510",
+                "--out-dir", f"{work}/store-ascend", "-j", str(os.cpu_count() or 2))
+    session.run("python", "-m", "build_tools", "check-store", "--store", f"{work}/store-ascend")
     # job `merge`
     session.run("python", "-m", "build_tools", "merge", "--out-dir", f"{work}/kernels-merged", *shards)
     session.run("python", "-m", "build_tools", "check-store", "--store", f"{work}/kernels-merged",

@@ -8,6 +8,10 @@
   python -m build_tools merge   --out-dir O STORE [STORE ...]   (combine shard stores; conflicts fail)
   python -m build_tools nvcc    --arch A --cu K.cu --out K.cubin [--include -I...]  (one cached compile)
   python -m build_tools check-store --store S [--arches ...]   (verify a prebuilt store: KERNELKILN_PREBUILT_STORE)
+  python -m build_tools ascend-wheel --store S --out-dir D   (the kernelkiln-ascend wheel: docs/ASCEND.md)
+
+--arches may name Ascend targets (dav-3510) beside CUDA arches: the manifest's [build] ascend targets and its
+[[ascend.<op>]] tables are lowered to AscendC on any machine and compiled where bisheng is found (build_tools/ascend.py).
 
 --preset NAME instead of --manifest M takes manifests/presets/NAME.toml (e.g. deepseek-v3, kimi-k2).
 `build` shows live progress (one redrawn line on a TTY, a line every 10 s in logs) and a summary; a failed
@@ -23,7 +27,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from build_tools import cache, manifest, progress, toolchain, units
+from build_tools import ascend, cache, manifest, progress, toolchain, units
 
 
 PRESET_DIR = manifest.default_manifest_path().parent / "presets"
@@ -42,8 +46,8 @@ def preset_path(name):
 
 def _plan(args):
     arches, variants = manifest.load(args.manifest)
-    if args.arches:
-        arches = args.arches.split(",")
+    if args.arches:  # --arches may name Ascend targets too (build_tools/ascend.py builds those)
+        arches = [a for a in args.arches.split(",") if a not in ascend.TARGETS]
     return arches, variants
 
 
@@ -150,11 +154,15 @@ def cmd_nvcc(args):
 def cmd_check_store(args):
     """Verify a prebuilt kernel store (index.json + cubins, sha256 of each) before it is packaged."""
     from build_tools import package
+    arches = [a for a in args.arches.split(",") if a not in ascend.TARGETS] if args.arches else None
     try:
-        index = package.check_store(Path(args.store), args.arches.split(",") if args.arches else None)
-    except package.PackageError as e:
+        index = package.check_store(Path(args.store), arches)
+        asc = ascend.check_store(Path(args.store))
+    except (package.PackageError, ascend.AscendError) as e:
         sys.exit(f"check-store: {e}")
     print(f"check-store: {args.store}: {len(index['variants'])} cubins for {index['arches']} verified")
+    if asc is not None:
+        print(f"check-store: {args.store}/ascend: {len(asc['variants'])} Ascend binaries ({asc['status']}) verified")
 
 
 def _write_ninja(path, gen_dir, names_by_arch):
@@ -304,12 +312,30 @@ def cmd_build(args):
     index = package.package(gen, args.out_dir, unit_work, args.manifest, log=prog.log)
     nbytes = sum({v["cubin"]: v["bytes"] for v in index["variants"]}.values())
     prog.finish(nbytes=nbytes, cubins=len(index["variants"]))
+    try:  # the Ascend targets of the manifest (docs/ASCEND.md); nothing when it names none
+        ascend.build(args.manifest, args.out_dir, gen, args.arches, args.shard, args.jobs, log=print)
+    except ascend.AscendError as e:
+        sys.exit(f"build failed (Ascend): {e}")
 
 
 def cmd_merge(args):
     """Combine shard stores into one; the same variant built twice must be byte-identical."""
     from build_tools import package
     package.merge([Path(d) for d in args.stores], Path(args.out_dir))
+    try:
+        ascend.merge([Path(d) for d in args.stores], Path(args.out_dir))
+    except ascend.AscendError as e:
+        sys.exit(f"merge (Ascend): {e}")
+
+
+def cmd_ascend_wheel(args):
+    """The kernelkiln-ascend wheel from a store's compiled Ascend kernels (docs/ASCEND.md)."""
+    from build_tools import ascend_wheel
+    try:
+        path = ascend_wheel.build(Path(args.store), Path(args.out_dir))
+    except ascend.AscendError as e:
+        sys.exit(f"ascend-wheel: {e}")
+    print(f"ascend-wheel: {path} ({path.stat().st_size / 1e6:.2f} MB)")
 
 
 def main(argv=None):
@@ -317,7 +343,8 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     for name, fn in (("plan", cmd_plan), ("lower", cmd_lower), ("package", cmd_package), ("build", cmd_build),
-                     ("nvcc", cmd_nvcc), ("merge", cmd_merge), ("check-store", cmd_check_store)):
+                     ("nvcc", cmd_nvcc), ("merge", cmd_merge), ("check-store", cmd_check_store),
+                     ("ascend-wheel", cmd_ascend_wheel)):
         sp = sub.add_parser(name)
         sp.set_defaults(fn=fn)
         src = sp.add_mutually_exclusive_group()
@@ -343,6 +370,8 @@ def main(argv=None):
     sub.choices["nvcc"].add_argument("--out", required=True)
     sub.choices["nvcc"].add_argument("--include", action="append", help="-I<dir> flags (default: tilelang's)")
     sub.choices["check-store"].add_argument("--store", required=True, help="a store written by build or merge")
+    sub.choices["ascend-wheel"].add_argument("--store", required=True, help="a store with compiled Ascend kernels")
+    sub.choices["ascend-wheel"].add_argument("--out-dir", required=True)
     args = p.parse_args(argv)
     if args.preset:
         args.manifest = str(preset_path(args.preset))

@@ -93,7 +93,7 @@ def load(path):
         raise ManifestError(f"{path}: unsupported arches {bad}; supported: {list(SUPPORTED_ARCHES)}")
     variants = []
     for op, tables in data.items():
-        if op == "build":
+        if op in ("build", "ascend"):  # [[ascend.<op>]]: the Ascend variants (build_tools/ascend.py)
             continue
         variants.extend(expand(op, tables, source=str(path)))
     if data.get("build", {}).get("representatives", False):

@@ -56,6 +56,13 @@ def render(name, module):
             rep = ", ".join(f"{k}={v!r}" for k, v in c.representative.items())
             lines += ["", f"Representative variant (built by CI): {rep}"]
         lines += ["", f"Kernel `{c.kernel}`; launch arguments: {_args_text(c)}.", ""]
+        if c.ascend is not None:  # docs/ASCEND.md
+            a = c.ascend
+            params = "; ".join(f"`{p.name}`: {', '.join(repr(v) for v in p.values)}" for p in a.params)
+            rules = ", ".join(f"`{k}` ({f.__name__})" for k, f in a.select.items())
+            lines += [f"Ascend kernel `{a.kernel}` (docs/ASCEND.md): {inspect.cleandoc(a.doc)}", "",
+                      f"Ascend compile-time parameters: {params}" + (f"; selection rules: {rules}" if rules else "")
+                      + f"; launch arguments: {_args_text(a)}.", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

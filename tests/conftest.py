@@ -18,15 +18,31 @@ requires_gpu = pytest.mark.skipif(not HAS_GPU, reason="no CUDA GPU on this machi
                                   "through scripts/gpu_verify.sh")
 
 
+def _has_npu():
+    """An Ascend NPU through torch_npu (which needs the CANN runtime); False wherever either is missing."""
+    try:
+        import torch_npu  # noqa: F401
+        return bool(torch.npu.is_available())
+    except Exception:
+        return False
+
+
+HAS_NPU = _has_npu()
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(pytest.mark.skip(reason="no CUDA GPU on this machine: run scripts/gpu_verify.sh "
                                                     "(H200) for the GPU tests"))
+        if "npu" in item.keywords and not HAS_NPU:
+            item.add_marker(pytest.mark.skip(reason="no Ascend NPU (torch_npu + CANN runtime) on this machine: the "
+                                                    "NPU tests run in CI's ascend job (Ascend 950, CANN >= 9.2)"))
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU and the compiled kernels")
+    config.addinivalue_line("markers", "npu: needs an Ascend NPU (torch_npu, CANN) and the compiled Ascend kernels")
 
 
 @pytest.fixture(autouse=True)

@@ -65,6 +65,9 @@ class OpContract:
     select: Mapping[str, Callable] = field(default_factory=dict)  # the runtime's variant-selection rules
     doc: str = ""
     representative: Optional[Mapping] = None  # the variant manifests with ``representatives = true`` build
+    # the op's Ascend kernel (docs/ASCEND.md): an OpContract of its own (kernel module, compile-time params, select
+    # rules, launch-argument names) for the same op and semantics; None where the op has no Ascend kernel
+    ascend: Optional["OpContract"] = None
 
     def __post_init__(self):
         names = tuple(p.name for p in self.params)

@@ -17,6 +17,15 @@ def topk_vector_loads(num_experts, aligned):
     return aligned and experts_per_lane(num_experts) % 4 == 0 and num_experts % 4 == 0
 
 
+ASCEND_LANES = 64  # fp32 lanes of an Ascend vector register
+ASCEND_VREGS = tuple(range(1, 9))  # E up to 512, as for CUDA
+
+
+def ascend_vregs(num_experts):
+    """The Ascend topk_gate's registers per row, ceil(E / 64): its compile-time parameter."""
+    return -(-num_experts // ASCEND_LANES)
+
+
 def _topk_constraints(p):
     if p["vector_loads"] and p["experts_per_lane"] % 4:
         return "vector_loads needs experts_per_lane % 4 == 0"
@@ -31,6 +40,14 @@ TOPK_GATE = OpContract(
     constraints=_topk_constraints,
     select={"experts_per_lane": experts_per_lane, "vector_loads": topk_vector_loads},
     doc="The K highest scores per row, ties to the smaller expert index (docs/SPEC.md §3.1).",
+    ascend=OpContract(  # docs/ASCEND.md: one row per core at a time in ceil(E / 64) 64-lane registers
+        op="topk_gate",
+        kernel="kernels.moe.topk_gate_ascend",
+        params=(Param("num_vregs", ASCEND_VREGS),),
+        args=("scores", "topk_idx", "err", "num_cores", "num_tokens", "num_experts", "num_topk"),
+        select={"num_vregs": ascend_vregs},
+        doc="topk_gate on Ascend 950: the same op; scores [T, E] fp32 contiguous, topk_idx [T, K] int64, err [2] int32.",
+    ),
 )
 
 # ---------------------------------------------------------------- the warp-per-token routers (EPL = ceil(E / 32))

@@ -54,6 +54,22 @@ PER_TOKEN_CAST = OpContract(
     select={"rows": per_token_rows},
     doc="Row-wise block quantization to e4m3 / e2m1, re-quantization of FP8/FP4 input, and the one-pass "
         "quantize-and-dequantize of per_token_cast_and_cast_back (docs/SPEC.md §3.2).",
+    ascend=OpContract(  # docs/ASCEND.md: bf16 input, computed scales, row- or column-major (a runtime flag)
+        op="per_token_cast",
+        kernel="kernels.quant.per_token_cast_ascend",
+        params=(
+            Param("in_dtype", ("bfloat16",)),
+            Param("fmt", ("e4m3", "e2m1")),
+            Param("num_per_channels", (32, 128)),
+            Param("sf_kind", ("fp32", "ue8m0")),
+        ),
+        args=("x", "out", "sf", "hidden", "round_sf", "clamp_min", "sf_col_major", "num_cores", "num_tokens",
+              "x_ld", "out_ld", "sf_rows", "sf_ld"),
+        doc="per_token_cast on Ascend 950, the same numerics; x [T, H] bf16 with row stride x_ld (H a multiple of "
+            "64), out [T, out_ld] bytes (e4m3, or packed e2m1), sf [sf_rows, sf_ld] 32-bit words (fp32 scales or "
+            "packed UE8M0 int32): row-major sf[t, w] (sf_rows = T, sf_ld = its row stride) or, with sf_col_major, "
+            "sf[w, t] (sf_rows = the words per row, sf_ld = the column stride).",
+    ),
 )
 
 
