@@ -17,8 +17,12 @@ def info(out=sys.stdout):
         index = s.index
     except artifacts.MissingSpecializationError as e:
         p(f"kernels: none ({e})")
+        for line in ascend_lines(None, s.directory):
+            p(line)
         return 1
     tc = index.get("toolchain", {})
+    for line in ascend_lines(index["arches"], s.directory):
+        p(line)
     p(f"kernel store: {s.directory}")
     p(f"built with: tilelang {tc.get('tilelang', '?')}, nvcc {tc.get('nvcc', '?')}; arches {index['arches']}")
     counts = collections.Counter((e["op"], e["arch"]) for e in index["variants"])
@@ -44,6 +48,25 @@ def info(out=sys.stdout):
     except driver.DriverError as e:
         p(f"driver: not usable here: {e}")
     return 0
+
+
+ASCEND_STATUS = ("Ascend: lowered and loader-tested; compiled and run only where CANN and an Ascend 950 exist "
+                 "(not run by this project)")
+
+
+def ascend_lines(cuda_arches, cuda_store_dir):
+    """The backends line of ``info`` (which backends the installed stores contain) and the Ascend status."""
+    from kernelkiln._runtime import ascend
+    a = ascend.AscendStore(ascend._default_directories(cuda_store_dir))
+    summary = a.summary()
+    if summary.get("status") == "absent":
+        asc = "none"
+    elif a.arches():
+        asc = f"{', '.join(a.arches())} ({', '.join(summary.get('ops') or [])}; {a.directory})"
+    else:
+        asc = f"none (lowered, not compiled: {summary.get('reason') or summary.get('status')}; {a.directory})"
+    cuda = ", ".join(cuda_arches) if cuda_arches else "none"
+    return [f"backends: CUDA {cuda}; Ascend {asc}", ASCEND_STATUS]
 
 
 def main(argv=None):

@@ -57,19 +57,68 @@ def require_cuda(what):
                                      "KernelKiln's kernels run on H100/H200 (sm_90a) and B200 (sm_100a).")
 
 
+def require_npu(what):
+    """``torch.npu`` (torch_npu's module), importing torch_npu if needed; the project's own error where it is missing
+    or cannot load (it needs the CANN runtime)."""
+    import torch
+    npu = getattr(torch, "npu", None)
+    if npu is None:
+        try:
+            import torch_npu  # noqa: F401  (registers torch.npu)
+        except Exception as e:  # noqa: BLE001 - ImportError, or an OSError/RuntimeError of a missing CANN runtime
+            from kernelkiln._runtime.artifacts import UnsupportedDeviceError
+            raise UnsupportedDeviceError(
+                f"{what} needs torch_npu (PyTorch's Ascend adapter, with the CANN runtime >= 9.2), which cannot be "
+                f"imported here: {type(e).__name__}: {e}. Install torch-npu for torch {torch.__version__} and source "
+                "CANN's set_env.sh.") from None
+        npu = torch.npu
+    return npu
+
+
+def npu_current_device():
+    """The current NPU index: torch_npu's where it is loaded, else the CANN runtime's (0 where none is set)."""
+    import torch
+    npu = getattr(torch, "npu", None)
+    if npu is not None:
+        return npu.current_device()
+    from kernelkiln._runtime import acl
+    d = acl.get_acl().current_device()
+    return 0 if d is None else d
+
+
+def npu_device_cube_cores(idx):
+    """The cube-core count (= AI cores) of NPU ``idx``, from the CANN runtime's device info (aclrtGetDeviceInfo,
+    aclGetDeviceCapability on older CANN), else torch_npu's device properties; read once per device."""
+    key = ("npu", idx)
+    n = _device_sms.get(key)
+    if n is None:
+        from kernelkiln._runtime import acl
+        try:
+            n = acl.get_acl().device_info(idx, acl.ACL_DEV_ATTR_CUBE_CORE_NUM, acl.ACL_DEVICE_INFO_AI_CORE_NUM)
+        except acl.AclUnavailableError:
+            import torch
+            if getattr(torch, "npu", None) is None:
+                raise
+            n = torch.npu.get_device_properties(idx).cube_core_num
+        n = _device_sms[key] = int(n)
+    return n
+
+
+def ascend_cores(core_type, idx):
+    """The block dim a persistent Ascend kernel may use on NPU ``idx``: its vector cores (two per AI core), cube cores
+    or AI cores, from ``set_num_sms`` where set (as the peer's queries), else the device's."""
+    base = _state["num_sms"] or npu_device_cube_cores(idx)
+    return 2 * base if core_type == "vector" else base
+
+
 def get_device_num_sms(device=None):
     """The SM count of ``device`` (default: the current one); on Ascend, as the peer's, the NPU's cube-core count.
     Read once per device (``get_device_num_sms.cache_clear()`` forgets them)."""
     import torch
-    idx = None if device is None else torch.device(device).index
     if is_ascend():
-        npu = torch.npu
-        if idx is None:
-            idx = npu.current_device()
-        key = ("npu", idx)
-        if key not in _device_sms:
-            _device_sms[key] = npu.get_device_properties(idx).cube_core_num
-        return _device_sms[key]
+        idx = None if device is None else (device if isinstance(device, int) else torch.device(device).index)
+        return npu_device_cube_cores(npu_current_device() if idx is None else idx)
+    idx = None if device is None else torch.device(device).index
     require_cuda("get_device_num_sms")
     if idx is None:  # no device, or "cuda" without an index: the current device
         idx = torch.cuda.current_device()
@@ -82,8 +131,9 @@ def get_device_num_sms(device=None):
 get_device_num_sms.cache_clear = _device_sms.clear
 
 
-# The Ascend core-count queries of the peer's API. On CUDA an SM is each of them: kernels that use the AI cores
-# (cube + vector), the cube cores or the vector cores (two per AI core) all see the SM count.
+# The Ascend core-count queries of the peer's API. On an NPU (is_ascend) they count its cores (get_device_num_sms
+# reads the cube cores from the CANN runtime): AI cores = cube cores = the SM count, two vector cores per AI core.
+# On CUDA an SM is each of them: kernels that use the AI cores, the cube cores or the vector cores all see the SM count.
 def get_num_ai_cores() -> int:
     return get_num_sms()
 

@@ -1,4 +1,5 @@
-"""KernelKiln's loader: kernel store, driver-API loader, launch. Depends on torch and libcuda only.
+"""KernelKiln's loader: kernel store, driver-API loader, launch. Depends on torch and libcuda only; the Ascend
+loader (acl.py, ascend.py) on libascendcl, opened at the first NPU call.
 
 It knows kernels, their launch specs and the driver; what the ops share (checks, outputs, error flags, launches by
 name, the torch.library registry) is kernelkiln._ops.

@@ -52,6 +52,9 @@ def _raise_pending(device_index):
 
 def check_errors(device=None):
     """Synchronize ``device`` and raise any error a KernelKiln kernel recorded there."""
+    if device is not None and not isinstance(device, int) and torch.device(device).type == "npu":
+        from kernelkiln.moe import _topk_ascend
+        return _topk_ascend.raise_pending(_topk_ascend.ascend.device_index(torch.device(device)))
     config.require_cuda("check_errors")
     index = torch.cuda.current_device() if device is None else torch.device(device).index
     torch.cuda.synchronize(index)
@@ -109,7 +112,7 @@ def topk_gate(scores, num_topk):
         else:
             idx = _topk_gate_checked(scores, num_topk)
             if scores.dim() == 2 and scores.shape[0] > 0 and scores.stride(1) == 1 and \
-                    scores.stride(0) == scores.shape[1]:
+                    scores.stride(0) == scores.shape[1] and not checks.on_npu(scores):  # NPU calls: no CUDA plan
                 if len(_plans) >= _MAX_PLANS:
                     _plans.clear()
                 _plans[key] = _make_plan(scores, num_topk)
@@ -127,6 +130,9 @@ def _topk_gate_checked(scores, num_topk):
     if isinstance(num_topk, bool) or not isinstance(num_topk, int) or not 1 <= num_topk <= min(e, MAX_TOPK):
         raise ValueError(f"num_topk must be an int in 1..min(experts, {MAX_TOPK}) = 1..{min(e, MAX_TOPK)}, "
                          f"got {num_topk!r}")
+    if checks.on_npu(scores):  # the tensors' device chooses the backend
+        from kernelkiln.moe import _topk_ascend
+        return _topk_ascend.topk_gate(scores, num_topk)
     checks.cuda("scores", scores)
     idx = torch.empty((t, num_topk), dtype=torch.int64, device=scores.device)
     if t == 0:

@@ -58,6 +58,9 @@ def after_launch(device_index):
 
 def check_errors(device=None):
     """Synchronize ``device`` and raise any error a KernelKiln kernel recorded there (quant and moe)."""
+    if device is not None and not isinstance(device, int) and torch.device(device).type == "npu":
+        from kernelkiln.moe import _topk  # on an NPU only topk_gate records errors
+        return _topk.check_errors(device)
     config.require_cuda("check_errors")
     index = torch.cuda.current_device() if device is None else torch.device(device).index
     torch.cuda.synchronize(index)

@@ -310,8 +310,9 @@ def per_token_cast(x, fmt, num_per_channels, x_block_size=None, use_tma_aligned_
                                              use_packed_ue8m0, use_e4m3_sf, None)
             if len(_plans) >= _MAX_PLANS:
                 _plans.clear()
-            if x.shape[0] > 0 and x.stride(0) % (16 // x.element_size()) == 0:
-                # validated for every token count with these strides: later calls take the plan
+            if x.shape[0] > 0 and x.stride(0) % (16 // x.element_size()) == 0 and not checks.on_npu(x):
+                # validated for every token count with these strides: later calls take the plan (CUDA only: an NPU
+                # call takes the checked path each time)
                 _plans[key] = _make_plan(x, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf,
                                          use_packed_ue8m0, use_e4m3_sf)
             return result
@@ -333,6 +334,10 @@ def _per_token_cast_checked(x, fmt, num_per_channels, use_tma_aligned_col_major_
     _check_options(fmt, num_per_channels, round_sf, use_packed_ue8m0, use_e4m3_sf, use_tma_aligned_col_major_sf)
     kind = _sf_kind(use_e4m3_sf, use_packed_ue8m0)
     t, h = src.t, src.h
+    if checks.on_npu(src.data):  # the tensors' device chooses the backend
+        from kernelkiln.quant import _per_token_ascend
+        return _per_token_ascend.per_token_cast(src, fmt, num_per_channels, use_tma_aligned_col_major_sf, round_sf,
+                                                use_packed_ue8m0, use_e4m3_sf, out, stochastic)
     checks.cuda("x", src.data)
     if out is not None:
         q, sf = checks.out_pair(out, use_tma_aligned_col_major_sf)
