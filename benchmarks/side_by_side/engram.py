@@ -11,7 +11,7 @@ from functools import partial
 
 import torch
 
-from .common import Calls, Case
+from .common import Calls, Case, into, sm_count
 
 HC = 4                        # hc_mult
 EPS, CLAMP = 1e-20, 1e-6      # the gate's RMS eps and clamp value, as in the peer's tests
@@ -20,22 +20,6 @@ SINKHORN_EPS, BETA1 = 1e-20, 0.95
 
 def _bf16(*shape, device):
     return torch.randn(shape, device=device).to(torch.bfloat16)
-
-
-def _sm_count(device):
-    """The partial counts the ops derive from the SM count (both packages read the same device); 132 (H100 / H200)
-    stands in on the CPU, where nothing runs."""
-    device = torch.device(device)
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-
-
-def _into(call, *init):
-    """Calls for an op that writes or accumulates into caller tensors: ``call(m, *bufs)`` makes the call and returns
-    what is compared. ``init`` holds the buffers' starting values and is never written itself: ``run`` works on one
-    persistent copy (the replays keep updating it; the time does not depend on the values), ``once`` on a fresh
-    copy per call, so the peer and we start from the same bytes."""
-    live = [t.clone() for t in init]
-    return Calls(run=lambda m: call(m, *live), once=lambda m: call(m, *(t.clone() for t in init)))
 
 
 # ---------------------------------------------------------------------------------------------------- hash, weight
@@ -70,7 +54,7 @@ def _gate_fwd(device, T, H, save_for_backward, inplace, mask):
     if not inplace:
         return Calls(run=lambda m: m.engram.engram_gate_fwd(x, kv, wf, EPS, CLAMP, save_for_backward, image))
     # in place the output is hidden_states itself, so each package gates its own copy of x
-    return _into(lambda m, xi: m.engram.engram_gate_fwd(xi, kv, wf, EPS, CLAMP, save_for_backward, image,
+    return into(lambda m, xi: m.engram.engram_gate_fwd(xi, kv, wf, EPS, CLAMP, save_for_backward, image,
                                                         inplace=True), x)
 
 
@@ -96,10 +80,10 @@ def _gate_bwd(device, T, H):
 
 def _grad_w_reduce(device, hc, H):
     # the partial rows of the gate backward: one per SM
-    partial_rows = torch.randn(_sm_count(device), hc, H, device=device)
+    partial_rows = torch.randn(sm_count(device), hc, H, device=device)
     wh, we = _bf16(hc, H, device=device), _bf16(hc, H, device=device)
     gh, ge = torch.randn(hc, H, device=device), torch.randn(hc, H, device=device)  # accumulated into
-    return _into(lambda m, gh, ge: (m.engram.grad_w_reduce(partial_rows, wh, we, gh, ge), gh, ge)[1:], gh, ge)
+    return into(lambda m, gh, ge: (m.engram.grad_w_reduce(partial_rows, wh, we, gh, ge), gh, ge)[1:], gh, ge)
 
 
 # ---------------------------------------------------------------------------------------------------- Sinkhorn
@@ -108,7 +92,7 @@ def _momentum(device, rows, row_size, grad_dtype, momentum_dtype, nesterov):
     numel = rows * row_size
     grad = torch.randn(numel, device=device).to(getattr(torch, grad_dtype))
     mom = torch.randn(numel, device=device).to(getattr(torch, momentum_dtype))  # updated in place
-    return _into(lambda m, mom: (m.engram.engram_sinkhorn_momentum_update(grad, mom, BETA1, nesterov), mom), mom)
+    return into(lambda m, mom: (m.engram.engram_sinkhorn_momentum_update(grad, mom, BETA1, nesterov), mom), mom)
 
 
 def _matrix(device, rows, D):
@@ -118,13 +102,13 @@ def _matrix(device, rows, D):
 def _step(device, rows, D):
     matrix, row_scale, col_scale = _matrix(device, rows, D)
     # row_scale is updated in place: compared with the returned row norms and column partials
-    return _into(lambda m, rs: (m.engram.engram_sinkhorn_step(matrix, rs, col_scale, SINKHORN_EPS), rs), row_scale)
+    return into(lambda m, rs: (m.engram.engram_sinkhorn_step(matrix, rs, col_scale, SINKHORN_EPS), rs), row_scale)
 
 
 def _step_reduce(device, D):
-    partials = torch.rand(3 * _sm_count(device), D, device=device)  # the step's 3 partial rows per SM
+    partials = torch.rand(3 * sm_count(device), D, device=device)  # the step's 3 partial rows per SM
     col_sumsq = torch.full((D,), float("nan"), device=device)       # overwritten
-    return _into(lambda m, col: (m.engram.engram_sinkhorn_step_reduce(partials, col), col)[1], col_sumsq)
+    return into(lambda m, col: (m.engram.engram_sinkhorn_step_reduce(partials, col), col)[1], col_sumsq)
 
 
 def _finalize(device, rows, D):

@@ -12,7 +12,7 @@ from functools import partial
 
 import torch
 
-from .common import Calls, Case
+from .common import Calls, Case, into, sm_count
 
 M = 4                  # mhc_mult
 M3 = M * (M + 2)       # pre, post and comb logits per token
@@ -27,26 +27,6 @@ def _bf16(*shape, device):
 def _nan(*shape, device, dtype=torch.float32):
     """A pure output's starting value: NaN, so an element one package leaves unwritten shows."""
     return torch.full(shape, float("nan"), dtype=dtype, device=device)
-
-
-def _sm_count(device):
-    """The SM count both packages would read for their partials; 132 (H100 / H200) on the CPU, where nothing runs."""
-    device = torch.device(device)
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
-
-
-def _copy(t):
-    return [x.clone() for x in t] if isinstance(t, list) else t.clone()
-
-
-def _into(call, *init):
-    """Calls for an op that writes or accumulates into caller tensors (every 2.1 mHC op but post_fwd / post_bwd):
-    ``call(m, *bufs)`` makes the call and returns what is compared. ``init`` holds the buffers' starting values (NaN
-    for pure outputs) and is never written itself: ``run`` works on one persistent copy (the replays keep
-    overwriting or accumulating; the time does not depend on the values), ``once`` on a fresh copy per call, so the
-    peer and we start from the same bytes."""
-    live = [_copy(t) for t in init]
-    return Calls(run=lambda m: call(m, *live), once=lambda m: call(m, *map(_copy, init)))
 
 
 def _streams(n, h, device):
@@ -67,12 +47,12 @@ def _post_mix(*shape, device):
 
 def _expand_fwd(device, n, H):
     x = _bf16(n, H, device=device)
-    return _into(lambda m, o: (m.mhc.expand_to_mhc_fwd(x, o), o)[1], _nan(n, M, H, device=device, dtype=torch.bfloat16))
+    return into(lambda m, o: (m.mhc.expand_to_mhc_fwd(x, o), o)[1], _nan(n, M, H, device=device, dtype=torch.bfloat16))
 
 
 def _expand_bwd(device, n, H):
     o_grad = _streams(n, H, device)
-    return _into(lambda m, xg: (m.mhc.expand_to_mhc_bwd(o_grad, xg), xg)[1],
+    return into(lambda m, xg: (m.mhc.expand_to_mhc_bwd(o_grad, xg), xg)[1],
                  _nan(n, H, device=device, dtype=torch.bfloat16))
 
 
@@ -80,7 +60,7 @@ def _apply_fwd(device, n, H):
     x, mix = _streams(n, H, device), _softmax(n, M, device=device)
     # the peer's bits but for the sign of a column whose every product is -0 (its chain starts from +0): random
     # inputs do not make one
-    return _into(lambda m, o: (m.mhc.mhc_pre_apply_mix_fwd(x, mix, o), o)[1],
+    return into(lambda m, o: (m.mhc.mhc_pre_apply_mix_fwd(x, mix, o), o)[1],
                  _nan(n, H, device=device, dtype=torch.bfloat16))
 
 
@@ -90,7 +70,7 @@ def _apply_bwd(device, n, H):
     x_grad = _bf16(n, M, H, device=device)  # accumulated into (bf16 read-modify-write)
     # mix_grad (a sum over H) is reduced in our own order, the peer's lane order following its block width: equal to
     # rounding (its tests: atol 1e-2, rtol 1e-3); x_grad, one fma per element, is the same bits
-    return _into(lambda m, xg: (m.mhc.mhc_pre_apply_mix_bwd(o_grad, x, mix, xg), xg), x_grad)
+    return into(lambda m, xg: (m.mhc.mhc_pre_apply_mix_bwd(o_grad, x, mix, xg), xg), x_grad)
 
 
 def _post_inputs(n, H, device):
@@ -119,7 +99,7 @@ def _multilayer(device, n, H, L, L_post):
     comb = [_softmax(n, M, M, device=device) for _ in range(L_post)]
     inputs = [_nan(n, H, device=device, dtype=torch.bfloat16) for _ in range(L)]            # written
     residuals = [_nan(n, M, H, device=device, dtype=torch.bfloat16) for _ in range(L_post)]  # written
-    return _into(lambda m, li, rl: (m.mhc.mhc_multilayer_recompute(r0, pre, out, post, comb, li, rl), li, rl)[1:],
+    return into(lambda m, li, rl: (m.mhc.mhc_multilayer_recompute(r0, pre, out, post, comb, li, rl), li, rl)[1:],
                  inputs, residuals)
 
 
@@ -127,16 +107,16 @@ def _multilayer(device, n, H, L, L_post):
 
 def _head_fwd(device, n):
     x, scale, base = torch.randn(n, M, device=device), torch.randn(1, device=device), torch.randn(M, device=device)
-    return _into(lambda m, o: (m.mhc.mhc_head_compute_mix_fwd(x, scale, base, o, EPS), o)[1], _nan(n, M, device=device))
+    return into(lambda m, o: (m.mhc.mhc_head_compute_mix_fwd(x, scale, base, o, EPS), o)[1], _nan(n, M, device=device))
 
 
 def _head_bwd(device, n):
     x, go = torch.randn(n, M, device=device), torch.randn(n, M, device=device)
     scale, base = torch.randn(1, device=device), torch.randn(M, device=device)
-    p = _sm_count(device)  # the partial rows, the caller's num_sms
+    p = sm_count(device)  # the partial rows, the caller's num_sms
     # the scale and base partials (per-CTA sums) are reduced in our own lane order: equal to rounding (the peer's
     # tests: atol 1e-5, rtol 1e-4 on their sums); input_mix_grad is elementwise, the same bits
-    return _into(lambda m, gi, sp, bp: (m.mhc.mhc_head_compute_mix_bwd(go, x, scale, base, gi, sp, bp, p), gi, sp, bp)[1:],
+    return into(lambda m, gi, sp, bp: (m.mhc.mhc_head_compute_mix_bwd(go, x, scale, base, gi, sp, bp, p), gi, sp, bp)[1:],
                  _nan(n, M, device=device), _nan(p, 1, device=device), _nan(p, M, device=device))
 
 
@@ -147,7 +127,7 @@ def _split_params(device):
 def _split_fwd(device, n):
     a = torch.randn(n, M3, device=device)
     scale, base = _split_params(device)
-    return _into(lambda m, pre, post, comb: (m.mhc.mhc_pre_split_mixes_fwd(a, scale, base, pre, post, comb, POST_MULT,
+    return into(lambda m, pre, post, comb: (m.mhc.mhc_pre_split_mixes_fwd(a, scale, base, pre, post, comb, POST_MULT,
                                                                            EPS), pre, post, comb)[1:],
                  _nan(n, M, device=device), _nan(n, M, device=device), _nan(n, M * M, device=device))
 
@@ -159,7 +139,7 @@ def _split_bwd(device, n):
     gp, gq, gc = torch.randn(n, M, device=device), torch.randn(n, M, device=device), torch.randn(n, M * M, device=device)
     # the scale and base gradients (per-SM partials, then their sum) are reduced in our own lane order: equal to
     # rounding (the peer's tests: atol 2e-5, rtol 1e-5); input_mixes_grad is elementwise, the same bits
-    return _into(lambda m, ga, sg, bg: (m.mhc.mhc_pre_split_mixes_bwd(gp, gq, gc, a, post, scale, base, ga, sg, bg,
+    return into(lambda m, ga, sg, bg: (m.mhc.mhc_pre_split_mixes_bwd(gp, gq, gc, a, post, scale, base, ga, sg, bg,
                                                                       POST_MULT), ga, sg, bg)[1:],
                  _nan(n, M3, device=device), _nan(3, device=device), _nan(M3, device=device))
 
@@ -168,13 +148,13 @@ def _sinkhorn_fwd(device, n):
     x = torch.randn(n, M, M, device=device)
     # our row and column sums are serial, the peer's go through its layout-dependent tile reductions (two-wide on
     # SM100): equal to rounding (the peer's tests: torch's fp32 defaults, atol 1e-5, rtol 1.3e-6)
-    return _into(lambda m, o: (m.mhc.mhc_sinkhorn_fwd(x, o, REPEAT, EPS), o)[1], _nan(n, M, M, device=device))
+    return into(lambda m, o: (m.mhc.mhc_sinkhorn_fwd(x, o, REPEAT, EPS), o)[1], _nan(n, M, M, device=device))
 
 
 def _sinkhorn_bwd(device, n):
     x, go = torch.randn(n, M, M, device=device), torch.randn(n, M, M, device=device)
     # the recomputed forward's sums and the backward's dot products: equal to rounding, as the forward
-    return _into(lambda m, gi: (m.mhc.mhc_sinkhorn_bwd(go, x, gi, REPEAT, EPS), gi)[1], _nan(n, M, M, device=device))
+    return into(lambda m, gi: (m.mhc.mhc_sinkhorn_bwd(go, x, gi, REPEAT, EPS), gi)[1], _nan(n, M, M, device=device))
 
 
 # ---------------------------------------------------------------------------------------------------- norm
@@ -182,7 +162,7 @@ def _sinkhorn_bwd(device, n):
 def _merge_fwd(device, H):
     fn = torch.randn(M3, M * H, device=device) * 1e-4
     normw = torch.randn(M * H, device=device) * 0.1 + 1
-    return _into(lambda m, o: (m.mhc.mhc_fn_normw_merge_fwd(fn, normw, o), o)[1], _nan(M3, M * H, device=device))
+    return into(lambda m, o: (m.mhc.mhc_fn_normw_merge_fwd(fn, normw, o), o)[1], _nan(M3, M * H, device=device))
 
 
 def _merge_bwd(device, H):
@@ -190,7 +170,7 @@ def _merge_bwd(device, H):
     normw = torch.randn(M * H, device=device) * 0.1 + 1
     g = torch.randn(M3, M * H, device=device)
     # both gradients are accumulated into
-    return _into(lambda m, fg, wg: (m.mhc.mhc_fn_normw_merge_bwd(fn, normw, g, fg, wg), fg, wg)[1:],
+    return into(lambda m, fg, wg: (m.mhc.mhc_fn_normw_merge_bwd(fn, normw, g, fg, wg), fg, wg)[1:],
                  torch.randn(M3, M * H, device=device), torch.randn(M * H, device=device))
 
 
@@ -205,7 +185,7 @@ def _norm_partials(n, H, device):
 def _reduce_fwd(device, n, H):
     oms, sqs = _norm_partials(n, H, device)
     oms, sqs = oms.view(SPLITS, n, 1, M3), sqs.view(SPLITS, n, 1)  # one RMS group of m·H
-    return _into(lambda m, om, sq, out: (m.mhc.mhc_reduce_partials_and_rmsnorm_fwd(oms, sqs, om, sq, out, M * H, EPS,
+    return into(lambda m, om, sq, out: (m.mhc.mhc_reduce_partials_and_rmsnorm_fwd(oms, sqs, om, sq, out, M * H, EPS,
                                                                                   SPLITS), om, sq, out)[1:],
                  _nan(n, 1, M3, device=device), _nan(n, 1, device=device), _nan(n, M3, device=device))
 
@@ -215,7 +195,7 @@ def _reduce_bwd(device, n, H):
     sq = torch.rand(n, 1, device=device) * (2 * M * H)
     # sqrsum_grad holds sum_j out_grad * out_mul, serial here and a 32-lane butterfly in the peer: equal to rounding
     # (the peer's tests: relative squared error < 1e-8); out_mul_grad is elementwise, the same bits
-    return _into(lambda m, omg, sqg: (m.mhc.mhc_reduce_partials_and_rmsnorm_bwd(og, om, sq, omg, sqg, M * H, EPS), omg,
+    return into(lambda m, omg, sqg: (m.mhc.mhc_reduce_partials_and_rmsnorm_bwd(og, om, sq, omg, sqg, M * H, EPS), omg,
                                       sqg)[1:],
                  _nan(n, 1, M3, device=device), _nan(n, 1, device=device))
 
@@ -226,7 +206,7 @@ def _big_fuse(device, n, H):
     residual = _streams(n, H, device)
     # comb_mix goes through the Sinkhorn: equal to rounding, as mhc_sinkhorn_fwd; post_mix and layer_input (serial
     # split sums, then elementwise steps) are the same bits
-    return _into(lambda m, post, comb, li: (m.mhc.mhc_pre_big_fuse_fwd(gm, gs, scale, base, residual, post, comb, li, EPS,
+    return into(lambda m, post, comb, li: (m.mhc.mhc_pre_big_fuse_fwd(gm, gs, scale, base, residual, post, comb, li, EPS,
                                                                       EPS, EPS, POST_MULT, REPEAT, SPLITS),
                                             post, comb, li)[1:],
                  _nan(n, M, device=device), _nan(n, M * M, device=device),
