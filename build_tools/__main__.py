@@ -24,7 +24,6 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from build_tools import ascend, cache, manifest, progress, toolchain, units
@@ -68,18 +67,13 @@ def cmd_plan(args):
 
 
 def cmd_lower(args):
-    """One arch's lowering (CMake's per-arch rule): progress lines and failures with their spec."""
-    from build_tools import lower
+    """One arch's lowering (CMake's per-arch rule) in ``--jobs`` processes: progress lines and failures with their
+    spec."""
     _, variants = _plan(args)
     prog = progress.Progress(len(variants), label=f"lower {args.arch}", interval=args.progress_interval,
                              steps=("lower",))
-
-    def report(event, v, arch, message):
-        if event == "failed":
-            prog.fail("lower", v.key, arch, v.as_dict(), message)
-        else:
-            prog.advance("lower", cached=event == "cached")
-    lower.lower_all(variants, args.arch, args.gen_dir, log=lambda *a: None, report=report)
+    Path(args.gen_dir).mkdir(parents=True, exist_ok=True)
+    _lower_parallel({args.arch: variants}, Path(args.gen_dir).resolve(), prog, args.jobs)
     if prog.failures:
         _fail_build(prog)
     units.write_sources(args.gen_dir, units.plan(variants), args.arch)
@@ -190,13 +184,43 @@ def _shard(arches, variants, spec):
 
 
 def _lower_worker(variants, arch, gen_dir, queue):
-    """One arch's lowering in a worker process; events go to the parent's progress display.
-    Returns the failed keys (exceptions from TVM need not pickle)."""
+    """One slice of one arch's lowering, in a process of its own; events go to the parent's progress display."""
     from build_tools import lower
 
     def report(event, v, a, message):
         queue.put((event, v.key, a, v.as_dict(), message))
-    return [v.key for v, _ in lower.lower_all(variants, arch, gen_dir, log=lambda *a: None, report=report)]
+    lower.lower_all(variants, arch, gen_dir, log=lambda *a: None, report=report)
+
+
+def _lowering_slices(work, jobs):
+    """[(arch, [variants])]: each arch's variants cut into round-robin slices, one lowering process each.
+
+    The ``jobs`` processes are shared out over the arches in proportion to their uncached variants (at least one
+    per arch with work), so a one-arch CI shard on a 2-core runner lowers in two processes, not one. Round-robin
+    over the manifest's order spreads the variants of each op (which cost alike) evenly. Variants taken from the
+    build cache cost nothing and are not counted. The output does not depend on the split."""
+    pending = {a: [v for v in vs if not _lowered_in_cache(v, a)] for a, vs in work.items() if vs}
+    arches = sorted(pending)
+    if not arches:
+        return []
+    total = sum(len(vs) for vs in pending.values())
+    share = {a: 1 for a in arches}
+    for _ in range(max(0, (jobs or 1) - len(arches))):  # give each further process to the arch worst off
+        a = max(arches, key=lambda a: (len(pending[a]) / share[a], a))
+        if len(pending[a]) <= share[a] or total == 0:
+            break
+        share[a] += 1
+    slices = []
+    for a in arches:
+        n, todo = share[a], set(id(v) for v in pending[a])
+        order = pending[a] + [v for v in work[a] if id(v) not in todo]  # the cached ones spread as well
+        slices += [(a, order[i::n]) for i in range(n)]
+    return slices
+
+
+def _lowered_in_cache(variant, arch):
+    key = cache.lower_key(variant, arch, manifest.kernel_module(variant.op).__file__)
+    return cache.get(key, "spec.json") is not None and cache.get(key, "kernel.cu") is not None
 
 
 def _drain(queue, prog, timeout):
@@ -216,21 +240,33 @@ def _drain(queue, prog, timeout):
             prog.advance("lower", cached=event == "cached")
 
 
-def _lower_parallel(work, gen, prog):
-    """One lowering process per arch (docs/LOWERING.md §3: no TileLang state shared between arches), live progress."""
+def _lower_parallel(work, gen, prog, jobs=None):
+    """Lower {arch: [variants]} in at most max(jobs, arches) processes at a time, live progress.
+
+    Every slice gets a fresh process, and a process lowers one arch only (docs/LOWERING.md §3: no TileLang state
+    is shared between arches)."""
     import multiprocessing
-    with multiprocessing.Manager() as mgr, ProcessPoolExecutor(max_workers=max(1, len(work))) as pool:
-        queue = mgr.Queue()
-        futures = {pool.submit(_lower_worker, vs, a, str(gen), queue): a for a, vs in work.items() if vs}
-        while not all(f.done() for f in futures):
-            _drain(queue, prog, 0.2)
-        _drain(queue, prog, 0.05)
-        for f, arch in futures.items():
-            try:
-                f.result()
-            except Exception as e:  # e.g. a crashed worker (BrokenProcessPool: a segfault inside TVM)
-                prog.fail("lower", f"(the lowering process for {arch})", arch, {},
-                          f"lowering process died: {e!r}; the variant after the last one reported above crashed it")
+    ctx = multiprocessing.get_context("fork")
+    slices = _lowering_slices(work, jobs or os.cpu_count())
+    limit = max(jobs or os.cpu_count() or 1, len({a for a, _ in slices}))
+    queue, running = ctx.Queue(), []
+    todo = list(slices)
+    while todo or running:
+        while todo and len(running) < limit:
+            arch, vs = todo.pop(0)
+            proc = ctx.Process(target=_lower_worker, args=(vs, arch, str(gen), queue), daemon=True)
+            proc.start()
+            running.append((proc, arch))
+        _drain(queue, prog, 0.2)
+        for proc, arch in list(running):
+            if not proc.is_alive():
+                proc.join()
+                running.remove((proc, arch))
+                if proc.exitcode != 0:  # e.g. a segfault inside TVM
+                    prog.fail("lower", f"(a lowering process for {arch})", arch, {},
+                              f"lowering process died (exit code {proc.exitcode}); the variant after the last one "
+                              "reported above crashed it")
+    _drain(queue, prog, 0.05)
     return not prog.failures
 
 
@@ -275,7 +311,7 @@ def _fail_build(prog, nbytes=None):
 
 
 def cmd_build(args):
-    """Everything without CMake: one lowering process per arch, then ninja -jN nvcc, then package."""
+    """Everything without CMake: lowering in -j processes (one arch each), then ninja -jN nvcc, then package."""
     from build_tools import package
     arches, variants = _plan(args)
     unit_work = _shard(arches, variants, args.shard)
@@ -287,7 +323,7 @@ def cmd_build(args):
     prog = progress.Progress(total, label="build", interval=args.progress_interval)
     prog.log(f"build: {total} kernels ({len(variants)} variants, arches {','.join(arches)}"
              + (f", shard {args.shard}" if args.shard else "") + f") from {args.manifest}")
-    if not _lower_parallel(work, gen, prog):
+    if not _lower_parallel(work, gen, prog, args.jobs):
         prog.skip("nvcc", total)
         _fail_build(prog)
     for a, us in unit_work.items():
@@ -357,6 +393,7 @@ def main(argv=None):
     sub.choices["lower"].add_argument("--arch", required=True, choices=manifest.SUPPORTED_ARCHES)
     sub.choices["lower"].add_argument("--gen-dir", required=True)
     sub.choices["lower"].add_argument("--stamp")
+    sub.choices["lower"].add_argument("-j", "--jobs", type=int, default=1, help="lowering processes (default 1)")
     sub.choices["package"].add_argument("--gen-dir", required=True)
     sub.choices["package"].add_argument("--out-dir", required=True)
     sub.choices["build"].add_argument("--out-dir", required=True)

@@ -1,6 +1,6 @@
 """Lower manifest variants with TileLang (no nvcc, no GPU) into .cu + .json pairs.
 
-Run one process per arch: TileLang caches TIR per argument tuple inside a
+Never lower two arches in one process: TileLang caches TIR per argument tuple inside a
 process, and device-property dependent frontends would otherwise leak one
 arch's choices into the other (docs/LOWERING.md §3).
 """
