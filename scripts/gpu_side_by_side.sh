@@ -10,7 +10,9 @@
 # libz3.so, which is what libtvm_compiler.so links and tilelang imports): about 40 MB in all.
 # Device knobs: SBS_WARM_PROCS (parallel processes that run the peer's first calls to fill TileLang's disk cache,
 # default 12), SBS_WARM_TIMEOUT_S (default 300), SBS_TIMEOUT_S (the measuring run, default 420), SBS_ARGS (extra
-# arguments of the harness, e.g. "--families quant,moe").
+# arguments of the harness, e.g. "--families quant,moe"), SBS_DIAG (a command run with both packages importable before
+# the warm-up, e.g. "python3 scripts/diag_mhc_post.py"; its output goes to $OUT/diag.log), SBS_SKIP_BENCH=1 (only
+# SBS_DIAG).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:?usage: gpu_side_by_side.sh prepare|device}" in
@@ -39,6 +41,11 @@ device)
   tar -xzf .gpu-carry/src.tar.gz -C /tmp/sbs-src && cd /tmp/sbs-src  # the harness of the wheel's commit
   export PYTHONPATH=/tmp/tk-site:/tmp/peer-site LD_LIBRARY_PATH=/tmp/peer-site/z3/lib:${LD_LIBRARY_PATH:-}
   python3 -c "import tile_kernels, kernelkiln, torch; print('peer', tile_kernels.__version__, 'ours', kernelkiln.__file__, torch.__version__)"
+  if [ -n "${SBS_DIAG:-}" ]; then
+    (eval "$SBS_DIAG") > "$OUT/diag.log" 2>&1 || echo "SBS_DIAG: rc=$?"
+    tail -n 60 "$OUT/diag.log"
+  fi
+  [ "${SBS_SKIP_BENCH:-0}" = 1 ] && exit 0
   n=${SBS_WARM_PROCS:-12} pids=()
   for ((k = 0; k < n; k++)); do
     (timeout "${SBS_WARM_TIMEOUT_S:-300}" python3 benchmarks/bench_side_by_side.py ${SBS_ARGS:-} --warm-peer "$k/$n" \
