@@ -19,42 +19,8 @@ import time
 import torch
 
 
-def graph_time_us(fn, calls=20, reps=15):
-    """Median device time per call, from replaying a graph of ``calls`` launches."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
-
-
-def event_time_us(fn, calls=20, reps=15):
-    """Median time per call from CUDA events around ``calls`` eager calls: for steps a graph cannot capture (a
-    host-side pointer table copied per call, an autograd step), which then include their host time."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
+# The timer every benchmark shares lives in the package (the pytest benchmark plugin uses it too).
+from kernelkiln.testing.timing import event_time_us, graph_time_us  # noqa: E402,F401
 
 
 def copy_ceiling_gbs(reps=5, calls=10):

@@ -10,6 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+pytest_plugins = ["pytester"]
+
 FULL_MODULES = ["config", "utils", "transform", "rand", "testing", "testing.bench", "testing.generator",
                 "testing.moe", "testing.numeric", "testing.quant"]
 
@@ -63,9 +65,8 @@ def test_every_public_name_with_the_peers_signature(peer, name):
             assert _compatible(want, got), f"kernelkiln.{name}.{n}{got} vs tile_kernels.{name}.{n}{want}"
 
 
-# The peer's pytest plugins (tile_kernels.testing.pytest: benchmark baselines, GPU memory profiles, seeding,
-# xdist fail-fast), loaded by name through pytest_plugins, are not part of KernelKiln yet.
-TESTING_NOT_YET = {"pytest"}
+# Every testing submodule of the peer's is here (testing.pytest too: the plugins, loaded by name).
+TESTING_NOT_YET = set()
 
 
 def test_testing_submodules(peer):
@@ -84,6 +85,243 @@ def test_testing_submodules(peer):
     for n in sorted(submodules - TESTING_NOT_YET):
         importlib.import_module(f"kernelkiln.testing.{n}")
 
+
+class _RecordingParser:
+    """Stands in for pytest's parser: records what a plugin's pytest_addoption declares."""
+
+    def __init__(self):
+        self.options = {}
+
+    def addoption(self, *names, **attrs):
+        self.options[names] = {k: attrs.get(k) for k in ("action", "default", "type", "dest")}
+
+
+# tile_kernels.testing.pytest: the plugins a user's root conftest names in pytest_plugins, and their helper module
+PLUGIN_MODULES = ["common", "benchmark", "gpu_mem", "random", "tilelang_warning", "xdist_failfast", "precompile"]
+
+
+@pytest.mark.parametrize("name", PLUGIN_MODULES)
+def test_pytest_plugins_have_the_peers_names_hooks_and_options(peer, name):
+    """Each plugin module has the peer's public names: the same hooks and fixtures with the same parameters (pluggy
+    and pytest pass them by name), the same constants, and the same command-line options (names, action, default,
+    type)."""
+    theirs = peer(f"testing.pytest.{name}")
+    ours = importlib.import_module(f"kernelkiln.testing.pytest.{name}")
+    want = _public(theirs)
+    assert want, name
+    for n, f in want.items():
+        assert hasattr(ours, n), f"kernelkiln.testing.pytest.{name} lacks {n}"
+        if callable(f) and not isinstance(f, type):
+            assert _params(f) == _params(getattr(ours, n)), f"{name}.{n}"
+        elif not callable(f):
+            assert getattr(ours, n) == f, f"{name}.{n}"
+    if hasattr(theirs, "pytest_addoption"):
+        want_options, got_options = _RecordingParser(), _RecordingParser()
+        theirs.pytest_addoption(want_options)
+        ours.pytest_addoption(got_options)
+        assert got_options.options == want_options.options
+
+
+@pytest.fixture(scope="module")
+def peer_plugins(peer):
+    """The peer's plugin modules, imported before any pytester run: pytester drops the modules a test imports, and
+    torch's own libraries cannot be imported twice."""
+    return {name: peer(f"testing.pytest.{name}") for name in PLUGIN_MODULES}
+
+
+@pytest.fixture
+def inner_suite(peer_plugins, pytester, monkeypatch):
+    """A pytester suite that loads one package's plugin by name: ``load(package, plugin)`` writes its conftest."""
+    for name in ("TK_TESTS_DIR", "TK_BENCHMARK_TESTS_DIR", "TK_BENCHMARK_BASELINES_DIR", "TK_BENCHMARK_FAIL_MODE",
+                 "TK_TEST_MERGE_MODE", "TK_PRECOMPILE", "_TK_BENCHMARK_OUTPUT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # entry-point plugins would re-import per run
+    pytester.makeini("[pytest]\nfilterwarnings = ignore::pytest.PytestAssertRewriteWarning\n"
+                     "addopts = -p no:unraisableexception -p no:cacheprovider\n")
+
+    def load(package, plugin):
+        pytester.makeconftest(f"pytest_plugins = ['{package}.testing.pytest.{plugin}']")
+        return pytester
+
+    return load
+
+
+_BENCH_SUITE = """
+    import os
+    import pytest
+    from kernelkiln.testing.bench import make_param_id
+
+    @pytest.mark.benchmark
+    @pytest.mark.parametrize("params", [{"num_tokens": 128, "hidden": 7168}, {"num_tokens": 4096, "hidden": 7168}],
+                             ids=make_param_id)
+    def test_cast(params, benchmark_record):
+        scale = float(os.environ.get("INNER_SCALE", "1"))
+        benchmark_record(kernel="cast", operation="fwd", params={**params, "derived": "é"},
+                         time_us=params["num_tokens"] / 100 * scale + 0.00123, bandwidth_gbs=1234.56789,
+                         extras={"speedup": 1.234567, "bandwidth_gbs": 1.0, "n": 3})
+
+    @pytest.mark.benchmark
+    def test_single(benchmark_record):
+        benchmark_record(kernel="cast", operation="single", params={"z": 1, "a": 2}, time_us=10.0, extras={"x": 0.5})
+"""
+
+
+def test_benchmark_files_and_exit_codes_match_the_peers(inner_suite, monkeypatch, tmp_path):
+    """The same suite under the peer's benchmark plugin and ours: the same JSONL output and baseline shards byte for
+    byte, the same exit codes for missing baselines and for regressions."""
+    import shutil
+    runs = {}
+    for package in ("tile_kernels", "kernelkiln"):
+        p = inner_suite(package, "benchmark")
+        p.makepyfile(test_bench=_BENCH_SUITE)
+        d = tmp_path / package
+        d.mkdir()
+        monkeypatch.setenv("TK_TESTS_DIR", str(p.path))
+        monkeypatch.setenv("TK_BENCHMARK_FAIL_MODE", "missing")
+        monkeypatch.delenv("TK_BENCHMARK_BASELINES_DIR", raising=False)  # <tests>/benchmark_baselines: none yet
+        missing = p.runpytest("--run-benchmark", f"--benchmark-output={d / 'first.jsonl'}").ret
+        monkeypatch.delenv("TK_BENCHMARK_FAIL_MODE")
+        monkeypatch.setenv("TK_BENCHMARK_BASELINES_DIR", str(d / "baselines"))
+        refresh = p.runpytest("--run-benchmark", "--refresh-baseline", f"--benchmark-output={d / 'refresh.jsonl'}").ret
+        # a fresh directory per run: the peer caches the baselines it read, per directory, for the process
+        shutil.copytree(d / "baselines", d / "baselines2")
+        monkeypatch.setenv("TK_BENCHMARK_BASELINES_DIR", str(d / "baselines2"))
+        monkeypatch.setenv("INNER_SCALE", "2")
+        regressed = p.runpytest("--run-benchmark", f"--benchmark-output={d / 'slow.jsonl'}").ret
+        monkeypatch.delenv("INNER_SCALE")
+        runs[package] = (int(missing), int(refresh), int(regressed), (d / "first.jsonl").read_bytes(),
+                         (d / "baselines" / "test_bench.jsonl").read_bytes(), (d / "slow.jsonl").read_bytes())
+    assert runs["kernelkiln"][:3] == runs["tile_kernels"][:3] == (1, 0, 1)
+    assert runs["kernelkiln"] == runs["tile_kernels"]
+
+
+
+def test_key_filter_expressions_select_as_the_peers(peer_plugins):
+    """-K: the same node ids kept for the same expressions, the same expressions refused."""
+    from kernelkiln.testing.pytest import benchmark as ours
+    theirs = peer_plugins["benchmark"]
+    ids = ["t.py::test_cast[num_tokens=128,]", "t.py::test_cast_bwd[x]", "t.py::test_norm[num_tokens=4096,]",
+           "u.py::test_and", "u.py::test with space"]
+    for expression in ("cast", "cast bwd", "cast and not bwd", "not cast or bwd", "norm or cast and bwd",
+                       "not not norm", "'with space'", '"num_tokens=1\\d+,"', "'and'", "test_ and or"):
+        try:
+            want = [theirs._compile_key_filter(expression)(i) for i in ids]
+        except ValueError:
+            with pytest.raises(ValueError):
+                ours._compile_key_filter(expression)
+            continue
+        assert [ours._compile_key_filter(expression)(i) for i in ids] == want, expression
+
+# Stand-ins for the torch.cuda memory calls, so that both packages' gpu_mem plugins measure on a machine without a GPU:
+# each test says its peak in $INNER_PEAK_MB.
+_CUDA_MEMORY_STAND_IN = """
+import os
+import torch
+
+_saved = {}
+_STAND_INS = {
+    "is_available": lambda: True,
+    "empty_cache": lambda: None,
+    "reset_peak_memory_stats": lambda: None,
+    "memory_allocated": lambda: 1 << 20,
+    "max_memory_allocated": lambda: (1 << 20) + int(float(os.environ.get("INNER_PEAK_MB", "0")) * (1 << 20)),
+}
+
+
+def pytest_configure(config):
+    for name, stand_in in _STAND_INS.items():
+        _saved[name] = getattr(torch.cuda, name)
+        setattr(torch.cuda, name, stand_in)
+
+
+def pytest_unconfigure(config):
+    for name, original in _saved.items():
+        setattr(torch.cuda, name, original)
+"""
+
+_MEM_SUITE = """
+    import os
+    import pytest
+
+    @pytest.mark.parametrize("peak", [3.25, 20000.0, 7.0], ids=["n=1,num_sms=4,", "n=2,", "n=1,num_sms=8,"])
+    def test_mem(peak):
+        os.environ["INNER_PEAK_MB"] = str(peak)
+
+    def test_fails():
+        os.environ["INNER_PEAK_MB"] = "1"
+        assert os.environ.get("INNER_FAIL") != "1"
+"""
+
+
+@pytest.mark.parametrize("mode", ["replace", "overwrite", "fill"])
+def test_gpu_mem_files_match_the_peers(inner_suite, monkeypatch, tmp_path, mode):
+    """The same suite under the peer's gpu_mem plugin and ours (torch.cuda's memory calls stood in): the same JSONL
+    records, the same profile shards after a refresh in each merge mode, the same large_gpu_mem selection."""
+    runs = {}
+    monkeypatch.setenv("TK_TEST_MERGE_MODE", mode)
+    for package in ("tile_kernels", "kernelkiln"):
+        p = inner_suite(package, "gpu_mem")
+        p.makeconftest(f"pytest_plugins = ['{package}.testing.pytest.gpu_mem']\n{_CUDA_MEMORY_STAND_IN}")
+        p.makepyfile(test_m=_MEM_SUITE)
+        d = tmp_path / package
+        profiles = d / "profiles"
+        profiles.mkdir(parents=True)
+        (profiles / "test_m.jsonl").write_text('{"test_id": "test_m.py::test_mem[n=2]", "peak_gpu_mb": 1.0}\n'
+                                               '{"test_id": "test_m.py::test_gone", "peak_gpu_mb": 5.0}\n')
+        monkeypatch.setenv("TK_TESTS_DIR", str(p.path))
+        monkeypatch.setenv("TK_GPU_MEM_PROFILES_DIR", str(profiles))
+        refresh = p.runpytest("--refresh-mem", f"--gpu-mem-output={d / 'mem.jsonl'}")
+        monkeypatch.setenv("INNER_FAIL", "1")
+        failing = p.runpytest("--refresh-mem", f"--gpu-mem-output={d / 'mem2.jsonl'}")  # a failed run writes nothing
+        monkeypatch.delenv("INNER_FAIL")
+        small = p.runpytest("-m", "not large_gpu_mem", "-v")
+        # (in fill mode the second run deselects every test, all profiled by then: no output file, exit code 5)
+        mem2 = d / "mem2.jsonl"
+        runs[package] = (int(refresh.ret), int(failing.ret), refresh.parseoutcomes(), (d / "mem.jsonl").read_bytes(),
+                         mem2.read_bytes() if mem2.exists() else None, (profiles / "test_m.jsonl").read_bytes(),
+                         sorted(line.split()[0] for line in small.stdout.lines if " PASSED" in line))
+    assert runs["kernelkiln"] == runs["tile_kernels"]
+    assert runs["kernelkiln"][0] == 0 and runs["kernelkiln"][1] == (5 if mode == "fill" else 1)
+    small_tests = ["test_m.py::test_fails", "test_m.py::test_mem[n=1,num_sms=4,]", "test_m.py::test_mem[n=1,num_sms=8,]"]
+    # n=2 measured 20000 MB: large, except in fill mode, which keeps its old 1 MB profile
+    assert runs["kernelkiln"][6] == small_tests + (["test_m.py::test_mem[n=2,]"] if mode == "fill" else [])
+
+def test_seed_and_precompile_plugins_match_the_peers(inner_suite, monkeypatch, tmp_path):
+    """The seeds (and so the drawn numbers) of the peer's random plugin and ours, and the tests a TK_PRECOMPILE=1
+    pass selects, are the same."""
+    seeds, selected = {}, {}
+    for package in ("tile_kernels", "kernelkiln"):
+        out = tmp_path / f"{package}.txt"
+        p = inner_suite(package, "random")
+        p.makepyfile(test_seed=f"""
+            import random
+            import pytest
+            import torch
+
+            @pytest.mark.parametrize("i", [0, 1])
+            def test_draw(seed, i):
+                with open({str(out)!r}, "a") as f:
+                    f.write(f"{{seed}} {{random.random()}} {{torch.randn(2).tolist()}}\\n")
+        """)
+        p.runpytest("--seed", "7").assert_outcomes(passed=2)
+        seeds[package] = out.read_text()
+        p = inner_suite(package, "precompile")
+        p.makepyfile(test_seed="""
+            import pytest
+
+            @pytest.mark.parametrize("params", [{"num_tokens": 1}, {"hidden": 1}, [{"num_send_tokens": 2}]])
+            def test_p(params):
+                pass
+
+            def test_plain():
+                pass
+        """)
+        monkeypatch.setenv("TK_PRECOMPILE", "1")
+        r = p.runpytest("-v")
+        monkeypatch.delenv("TK_PRECOMPILE")
+        selected[package] = sorted(line.split()[0] for line in r.stdout.lines if " PASSED" in line)
+    assert seeds["kernelkiln"] == seeds["tile_kernels"] and seeds["kernelkiln"].count("\n") == 2
+    assert selected["kernelkiln"] == selected["tile_kernels"] and len(selected["kernelkiln"]) == 2
 
 @settings(max_examples=200, deadline=None)
 @given(x=st.integers(-50, 10**6), y=st.integers(1, 4096))
