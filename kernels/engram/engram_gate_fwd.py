@@ -1,26 +1,59 @@
 """engram_gate_fwd: the Engram gate forward (spec: the contract's doc, kernelkiln_contract.engram_gate).
 
-Thread level, because the bits are decided by which lane sums which elements in which order: one warp per CTA,
-grid [hc, P]; the CTA of (head h, block b) takes the contiguous tokens [b·ceil(T/P), (b+1)·ceil(T/P)). Per token,
-lane l reads its 8-element vectors c·256 + 8l (16-byte loads of x and k, 32 bytes of w), sums the squares and the
-weighted dot serially with explicit fma (c-major, then the 8 elements), reduces over the warp with the xor
-butterfly, and writes ``fma(g, v, x)`` rounded to bf16 over a second pass (x is read again: it is still in L1).
+Thread level, because the bits are decided by which lane sums which elements in which order, and because that
+ownership also makes the pipeline barrier-free: one warp per CTA, grid [hc, P]; the CTA of (head h, block b) takes
+the contiguous tokens [b·ceil(T/P), (b+1)·ceil(T/P)). Lane l owns the 8-element vectors c·256 + 8l of every row
+(16 bytes of x, k and v, 32 bytes of w). It copies its own vectors into shared memory with cp.async (16 bytes,
+L2 only) and reads back only what it copied itself, so its ``cp.async.wait_group`` orders everything and no barrier
+is needed (a tile-level ``T.async_copy`` would spread the bytes over the warp as its layout inference likes). The
+``__syncwarp()`` at the start of each step and after each wait is a compiler barrier only (ptxas makes it a NOP):
+TileLang's cp.async and wait asm have no memory clobber, and no shared-memory read may move above its wait or below
+the copy that next overwrites it.
 
-H is a runtime value: the groups are walked in chunks of UNROLL whose loads are all issued first (a group past the
-end reads the last group again and its terms are not added), which keeps several loads in flight per lane without
-a compile-time H. No shared memory.
+Shared memory per CTA (GATE_FWD_SHARED_BYTES, 18432 bytes: 12 CTAs per SM):
+
+* ``xs``: the token's x row, its first GATE_FWD_STAGED_GROUPS groups of 256 (all of it for H <= 7168), read by
+  both passes, so x comes from DRAM once;
+* ``ring``: SLOTS = GATE_FWD_RING_SLOTS slots of one block (GATE_FWD_BLOCK_GROUPS groups) each. A token's ring
+  items are its k blocks, then its v blocks; the item consumed at a step is always the one issued SLOTS - 1 steps
+  earlier, into the slot the previous step consumed.
+
+Per token: pass 1 walks the k items (issue the item SLOTS - 1 ahead, wait, sum the block), each lane summing the
+squares and the weighted dot serially with explicit fma (c-major, then the 8 elements; w is read from global one
+block ahead, in registers); its last steps already issue v_0, v_1, .... The xor butterfly, the scalar epilogue and
+the saved rows follow. Pass 2 writes ``fma(g, v, x)`` rounded to bf16 block by block and prefetches the NEXT
+token: its x block b into xs as soon as this token has read block b, and its first SLOTS - 1 k blocks as the ring
+items after this token's last v. So at a token boundary the next token's x row and first k blocks are in flight or
+landed (a warm start). The next token starts cold (its x_0.. and k_0.. issued first, each x block then riding with
+its k block) when it is masked or outside the CTA's run, or when the row has fewer than SLOTS blocks (H <= 1536).
+
+cp.async groups: every step commits one group (possibly empty), so an item issued SLOTS - 1 steps before is
+complete once at most SLOTS - 1 groups are pending. Between tokens one more group sits: the warm start's last x
+block, or an empty one after a cold start's SLOTS - 1 prologue groups; the items issued before it wait for SLOTS.
+
+H is a runtime value: a partial last block predicates its groups; the groups past GATE_FWD_STAGED_GROUPS (H >
+7168) are not staged: their x is read from global in both passes (the second read hits L2), same order, same bits.
+Image tokens copy the row (16-byte loads and stores, a block at a time) or do nothing in place.
 """
+from kernelkiln_contract.engram_gate import GATE_FWD_BLOCK_GROUPS as BLOCK
+from kernelkiln_contract.engram_gate import GATE_FWD_RING_SLOTS as SLOTS
+from kernelkiln_contract.engram_gate import GATE_FWD_SHARED_BYTES
+from kernelkiln_contract.engram_gate import GATE_FWD_STAGED_GROUPS as STAGED
 from kernelkiln_contract.engram_gate import GATE_FWD_THREADS as THREADS
-from kernelkiln_contract.engram_gate import GATE_FWD_UNROLL as UNROLL
 
 PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
-    "tl.disable_warp_specialized": True,
-    "tl.disable_safe_memory_legalize": True,
-    "tl.disable_thread_storage_sync": True,
+    "tl.disable_warp_specialized": True,  # the cp.async pipeline is written out; no producer/consumer rewrite
+    "tl.disable_safe_memory_legalize": True,  # every access is guarded here (the automatic guards split vectors)
+    "tl.disable_thread_storage_sync": True,  # lanes share no shared memory: no barriers to insert
 }
 
 VEC = 8  # elements per lane and group
+GROUP = THREADS * VEC  # 256 elements per group
+SLOT = BLOCK * GROUP  # elements per ring slot
+STAGED_BLOCKS = STAGED // BLOCK
+assert STAGED % BLOCK == 0 and SLOTS >= 2 and STAGED_BLOCKS >= SLOTS
+assert 2 * (STAGED * GROUP + SLOTS * SLOT) == GATE_FWD_SHARED_BYTES  # bf16 xs + ring: what the CTA count assumes
 
 
 def build(p, arch):
@@ -38,6 +71,59 @@ def build(p, arch):
 
     def mul(a, b):
         return T.call_extern("float32", "__fmul_rn", a, b)
+
+    def cp16(dst, src):  # one lane's 16-byte cp.async (dst, src: BufferLoads of the first element)
+        return T.ptx_cp_async(T.access_ptr(dst, "w", VEC), T.access_ptr(src, "r", VEC), VEC)
+
+    @T.macro
+    def issue_block(ring, src, base, blk, s, num_groups, lv):
+        """The lane's vectors of block ``blk`` of the row at ``base`` into ring slot ``s``."""
+        for u in T.unroll(BLOCK):
+            if blk * BLOCK + u < num_groups:
+                cp16(ring[s * SLOT + u * GROUP + lv], src[base + (blk * BLOCK + u) * GROUP])
+
+    @T.macro
+    def issue_x(xs, hidden_states, base, blk, num_groups, lv):
+        """The lane's vectors of block ``blk`` of the x row at ``base`` into xs (staged blocks only)."""
+        if blk < STAGED_BLOCKS:
+            for u in T.unroll(BLOCK):
+                if blk * BLOCK + u < num_groups:
+                    cp16(xs[(blk * BLOCK + u) * GROUP + lv], hidden_states[base + (blk * BLOCK + u) * GROUP])
+
+    @T.macro
+    def issue_own(ring, xs, hidden_states, kv, q, s, with_x, x_row, k_row, v_row, num_blk, num_groups, lv):
+        """Ring item ``q`` of this token (k block q, or v block q - num_blk; none past the end), with x block q."""
+        if q < num_blk:
+            issue_block(ring, kv, k_row, q, s, num_groups, lv)
+            if with_x:
+                issue_x(xs, hidden_states, x_row, q, num_groups, lv)
+        elif q < 2 * num_blk:
+            issue_block(ring, kv, v_row, q - num_blk, s, num_groups, lv)
+
+    @T.macro
+    def wait_item(q):
+        """Wait for ring item ``q`` of this token (and everything issued before it)."""
+        if q < SLOTS - 1:
+            T.ptx_wait_group(SLOTS)
+        else:
+            T.ptx_wait_group(SLOTS - 1)
+        T.sync_warp()  # no read of the item moves above the wait
+
+    @T.macro
+    def load_x(xb, hidden_states, x_row, blk, num_groups):
+        """x block ``blk`` from global into xb (the blocks past the staged ones); a group past the end loads the
+        last group again (not used)."""
+        for u in T.unroll(BLOCK):
+            cc = T.min(blk * BLOCK + u, num_groups - 1) * GROUP
+            for j in T.vectorized(VEC):
+                xb[u * VEC + j] = hidden_states[x_row + cc + j]
+
+    @T.macro
+    def load_w(wl, weight_fused, w_row, blk, num_groups):
+        for u in T.unroll(BLOCK):
+            cc = T.min(blk * BLOCK + u, num_groups - 1) * GROUP
+            for j in T.vectorized(VEC):
+                wl[u * VEC + j] = weight_fused[w_row + cc + j]
 
     @T.prim_func
     def engram_gate_fwd(
@@ -59,11 +145,12 @@ def build(p, arch):
     ):
         with T.Kernel(hc, num_blocks, threads=THREADS) as (pid_h, pid_b):
             lane = T.get_thread_binding()
-            xb = T.alloc_local((UNROLL * VEC,), "bfloat16")
-            kb = T.alloc_local((UNROLL * VEC,), "bfloat16")
-            wl = T.alloc_local((UNROLL * VEC,), "float32")
+            xs = T.alloc_shared((STAGED * GROUP,), "bfloat16")  # the x row (its first STAGED groups)
+            ring = T.alloc_shared((SLOTS * SLOT,), "bfloat16")  # k blocks, then v blocks
+            xb = T.alloc_local((BLOCK * VEC,), "bfloat16")
+            kb = T.alloc_local((BLOCK * VEC,), "bfloat16")
+            wl = T.alloc_local((BLOCK * VEC,), "float32")
             vb = T.alloc_local((VEC,), "bfloat16")
-            xo = T.alloc_local((VEC,), "bfloat16")
             ob = T.alloc_local((VEC,), "bfloat16")
             sx = T.alloc_var("float32")
             sk = T.alloc_var("float32")
@@ -72,50 +159,84 @@ def build(p, arch):
             rk = T.alloc_var("float32")
             g = T.alloc_var("float32")
             masked = T.alloc_var("bool")
+            m_next = T.alloc_var("bool")  # the mask of token t + 1 (False past the run)
+            nxt = T.alloc_var("bool")  # the next token continues the pipeline (warm start)
+            warm = T.alloc_var("bool")  # this token's x row and first k blocks were issued by the previous token
+            pos = T.alloc_var("int32")  # the ring slot of the next item to consume
             T.pdl_sync()
-            row_vecs = num_groups * (THREADS)  # 8-element vectors per row of H
-            hidden = T.Cast("float32", num_groups * (THREADS * VEC))
+            num_blk = T.truncdiv(num_groups + (BLOCK - 1), BLOCK)
+            row = T.Cast("int64", num_groups) * GROUP  # elements per row of H
+            hidden = T.Cast("float32", num_groups * GROUP)
             per_block = T.truncdiv(num_tokens + num_blocks - 1, num_blocks)
             t_start = T.min(per_block * pid_b, num_tokens)
             t_end = T.min(per_block * (pid_b + 1), num_tokens)
-            w_row = T.Cast("int64", pid_h) * row_vecs
+            lv = lane * VEC  # the lane's offset in a group
+            w_row = T.Cast("int64", pid_h) * row + lv
+            warm = False
+            pos = 0
+            masked = False
+            if has_mask:
+                if t_start < t_end:
+                    masked = image_token_mask[t_start]
+            load_w(wl, weight_fused, w_row, 0, num_groups)  # w block 0: the same for every token of the CTA
             for t in T.serial(t_start, t_end):
                 t64 = T.Cast("int64", t)
-                x_row = (t64 * hc + pid_h) * row_vecs  # in vectors
-                k_row = (t64 * (hc + 1) + pid_h) * row_vecs
-                v_row = (t64 * (hc + 1) + hc) * row_vecs
-                masked = False
+                x_row = (t64 * hc + pid_h) * row + lv  # element offsets of the lane's first vector
+                k_row = (t64 * (hc + 1) + pid_h) * row + lv
+                v_row = (t64 * (hc + 1) + hc) * row + lv
+                x_nxt = x_row + hc * row  # token t + 1
+                k_nxt = k_row + (hc + 1) * row
+                m_next = False
                 if has_mask:
-                    masked = image_token_mask[t]
+                    if t + 1 < t_end:
+                        m_next = image_token_mask[t + 1]  # needed in pass 2 and by the next token
                 if masked:
                     if not inplace:
-                        for c in T.serial(num_groups):
-                            for j in T.vectorized(VEC):
-                                xo[j] = hidden_states[(x_row + c * THREADS + lane) * VEC + j]
-                            for j in T.vectorized(VEC):
-                                output[(x_row + c * THREADS + lane) * VEC + j] = xo[j]
+                        for i in T.serial(num_blk):
+                            load_x(xb, hidden_states, x_row, i, num_groups)
+                            for u in T.unroll(BLOCK):
+                                if i * BLOCK + u < num_groups:
+                                    for j in T.vectorized(VEC):
+                                        output[x_row + (i * BLOCK + u) * GROUP + j] = xb[u * VEC + j]
                 else:
+                    nxt = t + 1 < t_end and num_blk >= SLOTS
+                    if has_mask:
+                        nxt = nxt and not m_next
+                    if not warm:  # cold start: items 0 .. SLOTS-2 with their x blocks, then the extra group
+                        T.sync_warp()
+                        for m in T.unroll(SLOTS - 1):
+                            issue_own(ring, xs, hidden_states, kv, m, (pos + m) % SLOTS, True, x_row, k_row, v_row,
+                                      num_blk, num_groups, lv)
+                            T.ptx_commit_group()
+                        T.ptx_commit_group()
+                    # pass 1: the sums
                     sx = T.float32(0)
                     sk = T.float32(0)
                     sd = T.float32(0)
-                    for c0 in T.serial(T.truncdiv(num_groups + (UNROLL - 1), UNROLL)):
-                        for u in T.unroll(UNROLL):
-                            # a group past the end reloads the last one; its terms are skipped below
-                            cc = T.min(c0 * UNROLL + u, num_groups - 1) * THREADS + lane
-                            for j in T.vectorized(VEC):
-                                xb[u * VEC + j] = hidden_states[(x_row + cc) * VEC + j]
-                            for j in T.vectorized(VEC):
-                                kb[u * VEC + j] = kv[(k_row + cc) * VEC + j]
-                            for j in T.vectorized(VEC):
-                                wl[u * VEC + j] = weight_fused[(w_row + cc) * VEC + j]
-                        for u in T.unroll(UNROLL):
-                            if c0 * UNROLL + u < num_groups:
+                    for i in T.serial(num_blk):
+                        T.sync_warp()  # the reads of the slot refilled here are done
+                        issue_own(ring, xs, hidden_states, kv, i + (SLOTS - 1), (pos + (SLOTS - 1)) % SLOTS,
+                                  not warm, x_row, k_row, v_row, num_blk, num_groups, lv)
+                        T.ptx_commit_group()
+                        if i >= STAGED_BLOCKS:
+                            load_x(xb, hidden_states, x_row, i, num_groups)
+                        wait_item(i)
+                        for u in T.unroll(BLOCK):
+                            if i * BLOCK + u < num_groups:
+                                if i < STAGED_BLOCKS:
+                                    for j in T.vectorized(VEC):
+                                        xb[u * VEC + j] = xs[(i * BLOCK + u) * GROUP + lv + j]
+                                for j in T.vectorized(VEC):
+                                    kb[u * VEC + j] = ring[pos * SLOT + u * GROUP + lv + j]
                                 for j in T.unroll(VEC):
                                     xf = T.Cast("float32", xb[u * VEC + j])
                                     kf = T.Cast("float32", kb[u * VEC + j])
                                     sx = fma(xf, xf, sx)
                                     sk = fma(kf, kf, sk)
                                     sd = fma(mul(xf, wl[u * VEC + j]), kf, sd)
+                        # w of the next block (block 0 of the next token after the last one)
+                        load_w(wl, weight_fused, w_row, T.if_then_else(i + 1 < num_blk, i + 1, 0), num_groups)
+                        pos = (pos + 1) % SLOTS
                     sk = T.warp_reduce_sum(sk)
                     sx = T.warp_reduce_sum(sx)
                     sd = T.warp_reduce_sum(sd)
@@ -131,15 +252,41 @@ def build(p, arch):
                     if save:
                         if lane == 0:
                             gate_score[t64 * hc + pid_h] = g
-                    for c in T.serial(num_groups):
-                        for j in T.vectorized(VEC):
-                            xo[j] = hidden_states[(x_row + c * THREADS + lane) * VEC + j]
-                        for j in T.vectorized(VEC):
-                            vb[j] = kv[(v_row + c * THREADS + lane) * VEC + j]
-                        for j in T.unroll(VEC):
-                            ob[j] = T.Cast("bfloat16", fma(g, T.Cast("float32", vb[j]), T.Cast("float32", xo[j])))
-                        for j in T.vectorized(VEC):
-                            output[(x_row + c * THREADS + lane) * VEC + j] = ob[j]
+                    # pass 2: the output; the next token's x blocks and first k blocks
+                    for i in T.serial(num_blk):
+                        T.sync_warp()
+                        q = num_blk + i + (SLOTS - 1)
+                        if q < 2 * num_blk:
+                            issue_block(ring, kv, v_row, q - num_blk, (pos + (SLOTS - 1)) % SLOTS, num_groups, lv)
+                        elif nxt:  # k block q - 2·num_blk <= SLOTS - 2 of the next token
+                            issue_block(ring, kv, k_nxt, q - 2 * num_blk, (pos + (SLOTS - 1)) % SLOTS, num_groups,
+                                        lv)
+                        if nxt:
+                            if i >= 1:  # x block i - 1 of the next token: this token read it at step i - 1
+                                issue_x(xs, hidden_states, x_nxt, i - 1, num_groups, lv)
+                        T.ptx_commit_group()
+                        if i >= STAGED_BLOCKS:
+                            load_x(xb, hidden_states, x_row, i, num_groups)
+                        wait_item(num_blk + i)
+                        for u in T.unroll(BLOCK):
+                            if i * BLOCK + u < num_groups:
+                                if i < STAGED_BLOCKS:
+                                    for j in T.vectorized(VEC):
+                                        xb[u * VEC + j] = xs[(i * BLOCK + u) * GROUP + lv + j]
+                                for j in T.vectorized(VEC):
+                                    vb[j] = ring[pos * SLOT + u * GROUP + lv + j]
+                                for j in T.unroll(VEC):
+                                    ob[j] = T.Cast("bfloat16",
+                                                   fma(g, T.Cast("float32", vb[j]), T.Cast("float32", xb[u * VEC + j])))
+                                for j in T.vectorized(VEC):
+                                    output[x_row + (i * BLOCK + u) * GROUP + j] = ob[j]
+                        pos = (pos + 1) % SLOTS
+                    if nxt:  # the next token's last x block: the extra group between the tokens
+                        T.sync_warp()
+                        issue_x(xs, hidden_states, x_nxt, num_blk - 1, num_groups, lv)
+                        T.ptx_commit_group()
+                    warm = nxt
+                masked = m_next
             T.pdl_trigger()
 
     return engram_gate_fwd

@@ -11,16 +11,21 @@ GATE_BWD_HC = (4,)  # the backward's warp layout is two warps per head, eight wa
 GATE_ALIGN = 256  # hidden sizes are multiples of it: one 8-element vector per lane of a warp
 GATE_MIN_HIDDEN = 512
 GATE_FWD_THREADS = 32
-GATE_FWD_CTAS_PER_SM = 16  # one warp each and no shared memory: the registers bound how many an SM holds
-GATE_FWD_UNROLL = 4  # 256-element groups whose loads each lane issues before it sums them
+GATE_FWD_BLOCK_GROUPS = 2  # 256-element groups per pipeline block (one ring slot: 512 elements)
+GATE_FWD_RING_SLOTS = 4  # ring slots: k blocks (pass 1), then v blocks (pass 2), SLOTS - 1 blocks ahead
+GATE_FWD_STAGED_GROUPS = 28  # groups of the x row staged in shared memory (H <= 7168); x beyond is read twice
+GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS * GATE_FWD_BLOCK_GROUPS)  # 18432
+# CTAs an SM holds, from shared memory: sm_90a and sm_100a have 228 KB per SM and reserve 1 KB per CTA (their 64 K
+# registers would allow 12 one-warp CTAs up to 168 registers a thread; the kernel takes about 96)
+GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 12
 GATE_BWD_THREADS = 256
 GATE_BWD_REG_GROUPS = 28  # 256-element groups of a head whose weight-gradient sums live in registers (H <= 7168)
 GATE_BWD_UNROLL = 4
 
 
 def gate_fwd_num_blocks(num_sms, hc_mult):
-    """Persistent CTAs per head of the forward (the grid is [hc, P]); each takes a contiguous run of ceil(T/P)
-    tokens. The result does not depend on it."""
+    """Persistent CTAs per head of the forward (the grid is [hc, P]; GATE_FWD_CTAS_PER_SM per SM, which the shared
+    memory allows); each takes a contiguous run of ceil(T/P) tokens. The result does not depend on it."""
     return max(1, num_sms * GATE_FWD_CTAS_PER_SM // hc_mult)
 
 
