@@ -91,8 +91,9 @@ def build(p, arch):
                             lo[j] = layer_output[flat * VEC + j]
                         for o in T.unroll(m):
                             for j in T.unroll(VEC):
-                                a1[0] = fmul(pw[o], T.Cast("float32", lo[j]))
-                                for i in T.unroll(m):
+                                a1[0] = fmul(cw[o], res[j])  # mhc_post_fwd's order
+                                a1[0] = fma(pw[o], T.Cast("float32", lo[j]), a1[0])
+                                for i in T.unroll(1, m):
                                     a1[0] = fma(cw[i * m + o], res[i * VEC + j], a1[0])
                                 rb[o * VEC + j] = T.Cast("bfloat16", a1[0])
                         for o in T.unroll(m):

@@ -1,7 +1,8 @@
 """mhc_post_fwd: the m new residual streams from the layer output and the old streams (spec: the contract's doc,
 kernelkiln_contract.mhc_streams).
 
-Thread level, because the bits are the order of one product and m fmas per output, written out with
+Thread level, because the bits are the order of one product and m fmas per output (comb[0]·r_0 rounded, then
+fma(c, x, ·), then the other streams), written out with
 __fmul_rn/__fmaf_rn: one thread per (token, group of VEC columns) loads x's and the m streams' 16-byte vectors once
 and writes all m outputs; the token's m post weights and m·m comb weights are scalar loads shared by the CTA's
 threads through L1.
@@ -61,8 +62,10 @@ def build(p, arch):
                         rv[s * VEC + j] = residual[((t * m + s) * hidden_vecs + c) * VEC + j]
                 for o in T.unroll(m):
                     for j in T.unroll(VEC):
-                        acc[0] = fmul(pw[o], T.Cast("float32", xv[j]))
-                        for i in T.unroll(m):
+                        # the peer's contraction of c·x + comb[0]·r_0: the stream-0 product rounded, c·x fused
+                        acc[0] = fmul(cw[o], T.Cast("float32", rv[j]))
+                        acc[0] = fma(pw[o], T.Cast("float32", xv[j]), acc[0])
+                        for i in T.unroll(1, m):
                             acc[0] = fma(cw[i * m + o], T.Cast("float32", rv[i * VEC + j]), acc[0])
                         ov[j] = T.Cast("bfloat16", acc[0])
                     for j in T.vectorized(VEC):

@@ -203,16 +203,18 @@ def test_post_references_against_the_peers(peer_mhc, a, b, h, m, seed):
     assert torch.equal(mhc_post_fwd_ref(xi, ri, pi, ci), peer_mhc.mhc_post_ref(xi, ri, pi, ci))
 
 
-def test_post_order_is_product_then_fma_over_sources():
-    """acc = c·x rounded, then fma(comb[i, o], r_i, acc) for i in order: comb[0] cancels the product exactly only
-    if the product is rounded first."""
-    x = torch.tensor([[[1.0 + 2.0**-7] * 8]]).bfloat16()
-    res = torch.tensor([[[[1.0 + 2.0**-7] * 8, [1.0] * 8]]]).bfloat16()
+def test_post_order_is_stream_zero_product_then_fused_post():
+    """acc = comb[0, o]·r_0 rounded, then fma(c_o, x, acc), then fma(comb[i, o], r_i, acc) for i >= 1 (the peer's
+    kernel as nvcc contracts it, scripts/diag_mhc_post.py): c·x cancels the stream-0 product exactly only if that
+    product is the one rounded first."""
+    v = 1.0 + 2.0**-7
     c = 1.0 + 2.0**-23
-    post = torch.tensor([[[[c], [0.0]]]])
-    p0 = (torch.tensor(c) * torch.tensor(1.0 + 2.0**-7))  # fp32-rounded product
-    comb = torch.tensor([[[[-c, 0.0], [0.0, 1.0]]]])
-    want = fma_f32(torch.tensor(-c), torch.tensor(1.0 + 2.0**-7), p0)  # the residual of the rounding
+    x = torch.tensor([[[v] * 8]]).bfloat16()
+    res = torch.tensor([[[[v] * 8, [1.0] * 8]]]).bfloat16()
+    post = torch.tensor([[[[-c], [0.0]]]])
+    comb = torch.tensor([[[[c, 0.0], [0.0, 1.0]]]])
+    p0 = torch.tensor(c) * torch.tensor(v)  # fp32-rounded stream-0 product
+    want = fma_f32(torch.tensor(-c), torch.tensor(v), p0)  # the residual of that rounding
     got = mhc_post_fwd_ref(x, res, post, comb)
     assert got[0, 0, 0, 0].item() == want.bfloat16().item() != 0.0
 

@@ -81,14 +81,16 @@ def mhc_pre_apply_mix_fwd_ref(x: torch.Tensor, mix: torch.Tensor) -> torch.Tenso
 
 def mhc_post_fwd_ref(x: torch.Tensor, residual: torch.Tensor, post_layer_mix: torch.Tensor,
                      comb_res_mix: torch.Tensor) -> torch.Tensor:
-    """``out_o = bf16(fma over i of comb[i, o] · r_i, from c_o · x)``: x ``[..., H]``, residual ``[..., m, H]`` bf16,
-    post ``[..., m, 1]`` or ``[..., m]``, comb ``[..., m, m]`` fp32 -> ``[..., m, H]`` bf16."""
+    """``out_o = bf16(fma over i = 1 .. m-1 of comb[i, o] · r_i, from fma(c_o, x, comb[0, o] · r_0))``: x ``[..., H]``,
+    residual ``[..., m, H]`` bf16, post ``[..., m, 1]`` or ``[..., m]``, comb ``[..., m, m]`` fp32 -> ``[..., m, H]``
+    bf16."""
     m = residual.shape[-2]
     c = _flat_mix(post_layer_mix, m).float()
     comb = comb_res_mix.float()
     r = residual.float()
-    acc = c.unsqueeze(-1) * x.float().unsqueeze(-2)
-    for i in range(m):
+    acc = comb[..., 0, :].unsqueeze(-1) * r[..., 0:1, :]
+    acc = fma_f32(c.unsqueeze(-1), x.float().unsqueeze(-2), acc)
+    for i in range(1, m):
         acc = fma_f32(comb[..., i, :].unsqueeze(-1), r[..., i:i + 1, :], acc)
     return _bf16(acc)
 
