@@ -100,9 +100,9 @@ def unpack_e5m6(packed):
     return torch.stack(hs, dim=-1).reshape(t, nb // 12 * 8).to(torch.int32)
 
 
-def cast_to_e5m6(x, num_per_channels=None, round_sf=False, use_tma_aligned_col_major_sf=False,
+def cast_to_e5m6(x, num_per_channels=None, use_tma_aligned_col_major_sf=False, round_sf=False,
                  use_packed_ue8m0=False, clamp_min_value=None):
-    """Per-token E5M6 quantization: ``(packed uint8 [T, 3H/2], sf [T, 1])``.
+    """Per-token E5M6 quantization: ``(packed uint8 [T, 3H/2], sf [T, 1])``; v1's positional order.
 
     x: bf16/fp32 ``[T, H]``, H % 8 == 0; num_per_channels must be None or H (one scale per row).
     sf = amax/65024 (fp32), or 2**ceil(log2(amax * (1/65024))) with round_sf, packed as UE8M0
