@@ -10,9 +10,9 @@ is needed (a tile-level ``T.async_copy`` would spread the bytes over the warp as
 TileLang's cp.async and wait asm have no memory clobber, and no shared-memory read may move above its wait or below
 the copy that next overwrites it.
 
-Shared memory per CTA (GATE_FWD_SHARED_BYTES, 18432 bytes: 12 CTAs per SM):
+Shared memory per CTA (GATE_FWD_SHARED_BYTES, 12288 bytes: 17 CTAs per SM):
 
-* ``xs``: the token's x row, its first GATE_FWD_STAGED_GROUPS groups of 256 (all of it for H <= 7168), read by
+* ``xs``: the token's x row, its first GATE_FWD_STAGED_GROUPS groups of 256 (all of it for H <= 4096), read by
   both passes, so x comes from DRAM once;
 * ``ring``: SLOTS = GATE_FWD_RING_SLOTS slots of one block (GATE_FWD_BLOCK_GROUPS groups) each. A token's ring
   items are its k blocks, then its v blocks; the item consumed at a step is always the one issued SLOTS - 1 steps
@@ -32,7 +32,7 @@ complete once at most SLOTS - 1 groups are pending. Between tokens one more grou
 block, or an empty one after a cold start's SLOTS - 1 prologue groups; the items issued before it wait for SLOTS.
 
 H is a runtime value: a partial last block predicates its groups; the groups past GATE_FWD_STAGED_GROUPS (H >
-7168) are not staged: their x is read from global in both passes (the second read hits L2), same order, same bits.
+4096) are not staged: their x is read from global in both passes (the second read hits L2), same order, same bits.
 Image tokens copy the row (16-byte loads and stores, a block at a time) or do nothing in place.
 """
 from kernelkiln_contract.engram_gate import GATE_FWD_BLOCK_GROUPS as BLOCK

@@ -13,11 +13,13 @@ GATE_MIN_HIDDEN = 512
 GATE_FWD_THREADS = 32
 GATE_FWD_BLOCK_GROUPS = 2  # 256-element groups per pipeline block (one ring slot: 512 elements)
 GATE_FWD_RING_SLOTS = 4  # ring slots: k blocks (pass 1), then v blocks (pass 2), SLOTS - 1 blocks ahead
-GATE_FWD_STAGED_GROUPS = 28  # groups of the x row staged in shared memory (H <= 7168); x beyond is read twice
-GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS * GATE_FWD_BLOCK_GROUPS)  # 18432
+# groups of the x row staged in shared memory (H <= 4096); x beyond is read twice. Fewer staged groups buy CTAs per
+# SM, which is worth more than staging all of H 7168 (the A/B: benchmarks/results/2026-12-02-62cb392d9e/)
+GATE_FWD_STAGED_GROUPS = 16
+GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS * GATE_FWD_BLOCK_GROUPS)  # 12288
 # CTAs an SM holds, from shared memory: sm_90a and sm_100a have 228 KB per SM and reserve 1 KB per CTA (their 64 K
-# registers would allow 12 one-warp CTAs up to 168 registers a thread; the kernel takes about 96)
-GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 12
+# registers allow 17 one-warp CTAs up to 120 registers a thread; the kernel takes about 96)
+GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 17
 GATE_BWD_THREADS = 256
 GATE_BWD_REG_GROUPS = 28  # 256-element groups of a head whose weight-gradient sums live in registers (H <= 7168)
 GATE_BWD_UNROLL = 4
