@@ -392,8 +392,7 @@ def test_top_level_names(peer):
     assert kernelkiln.TILE_KERNELS_API == "2.1"
 
 
-# References of families not built yet (Engram, mHC: their own issues)
-REFERENCES_NOT_YET = ("engram", "mhc", "sinkhorn", "make_offsets", "expand_to_mhc")
+REFERENCES_NOT_YET = ()  # every family is built
 
 
 def test_references_have_the_peers_signatures(peer):

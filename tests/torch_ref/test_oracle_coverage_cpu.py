@@ -93,6 +93,7 @@ import importlib.util
 import os
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -300,6 +301,35 @@ def test_every_public_peer_reference_is_covered_or_excluded(peer_wheel):
         here = {n for n, t in covered.items() if "::" not in t}
         for n in here:
             assert covered[n] in globals(), f"{n}: {covered[n]} is not a test in this file"
+
+
+# v1 references whose name 2.1 reuses with its own signature (README "v1 references whose name 2.1 reuses")
+V1_SIGNATURE_IS_21S = {"swiglu_forward", "swiglu_backward", "engram_gate_ref"}
+
+
+def test_v1_references_take_v1s_signatures(peer_v1):
+    """Every v1 reference we export under its v1 name takes v1's parameters, in v1's order, with v1's defaults (ours
+    may add trailing optional ones); the two whose names 2.1 reuses take 2.1's, as documented."""
+    import inspect
+
+    import kernelkiln.torch as ours
+
+    def params(f):
+        return [(q.name, q.kind, q.default) for q in inspect.signature(f).parameters.values()]
+
+    mismatched = set()
+    for f in V1_FILES:
+        for n in _public_defs(Path(sys.modules[f"tile_kernels.torch.{f}"].__file__)):
+            if not hasattr(ours, n):
+                continue
+            want, got = params(getattr(peer_v1, n)), params(getattr(ours, n))
+            same = len(got) >= len(want) and all(
+                wn == gn and wk == gk and (wd is inspect.Parameter.empty or wd == gd)
+                for (wn, wk, wd), (gn, gk, gd) in zip(want, got)
+            ) and all(d is not inspect.Parameter.empty for _, _, d in got[len(want):])
+            if not same:
+                mismatched.add(n)
+    assert mismatched == V1_SIGNATURE_IS_21S, sorted(mismatched)
 
 
 def _same(a, b, what="", nan_by_position=False):

@@ -16,6 +16,10 @@ def _load(module):
     mod = importlib.import_module(f"{__name__}.{module}")
     for name in getattr(mod, "__all__", ()):
         _where.setdefault(name, module)
+    if module in getattr(mod, "__all__", ()):
+        # v1's per_channel_cast_fused is a module and its function: the import just bound the module here, the
+        # function is what callers of kernelkiln.torch.<name> expect (as in the peer, whose __init__ rebinds it)
+        globals()[module] = getattr(mod, module)
     return mod
 
 
@@ -42,3 +46,8 @@ def __dir__():
     for module in _MODULES:
         _load(module)
     return sorted(set(globals()) | set(_where))
+
+
+# A module whose name is also its function's, bound to the function now (as the peer's package does at import), so
+# that importing the submodule first cannot leave the module where callers expect the function.
+_load("per_channel_cast_fused")

@@ -92,20 +92,20 @@ _SCORING_FUNCS = ('sigmoid', 'sqrtsoftplus')
 _PHYSICAL_HASH = 23333  # dup = (ep_rank + token * 23333) % logical_count[e]  (docs/SPEC.md §2.3)
 
 
-def topk_sum_and_topk_group_idx(scores, num_topk_sum, num_topk_groups):
+def topk_sum_and_topk_group_idx(scores, num_group_sum_topk, num_topk_groups):
     """Indices [T, num_topk_groups] (int64) of the best groups, best first, ties to the lower group.
 
-    scores: fp32 [T, G, E/G]; a group's score is its largest score (num_topk_sum 1) or the
-    fp32 sum of its two largest (num_topk_sum 2; the sum of two is order-independent).
+    scores: fp32 [T, G, E/G]; a group's score is its largest score (num_group_sum_topk 1) or the
+    fp32 sum of its two largest (num_group_sum_topk 2; the sum of two is order-independent).
     """
     if not isinstance(scores, torch.Tensor) or scores.dtype != torch.float32 or scores.dim() != 3:
         raise TypeError('scores must be a float32 tensor [T, G, E/G]')
-    if num_topk_sum not in (1, 2) or num_topk_sum > scores.shape[2]:
-        raise ValueError(f'num_topk_sum must be 1 or 2 (and <= experts per group), got {num_topk_sum!r}')
+    if num_group_sum_topk not in (1, 2) or num_group_sum_topk > scores.shape[2]:
+        raise ValueError(f'num_group_sum_topk must be 1 or 2 (and <= experts per group), got {num_group_sum_topk!r}')
     if not 1 <= num_topk_groups <= scores.shape[1]:
         raise ValueError(f'num_topk_groups must be in [1, {scores.shape[1]}], got {num_topk_groups!r}')
-    top = torch.topk(scores, num_topk_sum, dim=-1).values
-    group_scores = top[..., 0] if num_topk_sum == 1 else top[..., 0] + top[..., 1]
+    top = torch.topk(scores, num_group_sum_topk, dim=-1).values
+    group_scores = top[..., 0] if num_group_sum_topk == 1 else top[..., 0] + top[..., 1]
     return stable_topk(group_scores, num_topk_groups)
 
 
