@@ -203,11 +203,10 @@ def _lowering_slices(work, jobs):
     arches = sorted(pending)
     if not arches:
         return []
-    total = sum(len(vs) for vs in pending.values())
     share = {a: 1 for a in arches}
     for _ in range(max(0, (jobs or 1) - len(arches))):  # give each further process to the arch worst off
         a = max(arches, key=lambda a: (len(pending[a]) / share[a], a))
-        if len(pending[a]) <= share[a] or total == 0:
+        if len(pending[a]) <= share[a]:
             break
         share[a] += 1
     slices = []
@@ -220,7 +219,7 @@ def _lowering_slices(work, jobs):
 
 def _lowered_in_cache(variant, arch):
     key = cache.lower_key(variant, arch, manifest.kernel_module(variant.op).__file__)
-    return cache.get(key, "spec.json") is not None and cache.get(key, "kernel.cu") is not None
+    return cache.has(key, "spec.json") and cache.has(key, "kernel.cu")
 
 
 def _drain(queue, prog, timeout):

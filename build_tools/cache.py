@@ -87,6 +87,12 @@ def get(key, name):
     return path.read_bytes() if path.exists() else None
 
 
+def has(key, name):
+    """Whether ``get(key, name)`` would return the entry (without reading it)."""
+    d = cache_dir()
+    return d is not None and (d / key[:2] / key / name).exists()
+
+
 def put(key, name, data):
     d = cache_dir()
     if d is None:

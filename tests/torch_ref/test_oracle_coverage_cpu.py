@@ -865,10 +865,8 @@ def _reduce_fused_inputs(n, t, k, h, xkind, weights, seed):
 
 
 REDUCE_X = ["e4m3"] + [(d, kind) for d in (torch.bfloat16, torch.float32) for kind in ("random", "huge", "inf", "ties")]
-
-
-@SETTINGS
-@given(
+# the arguments of both reduce_fused tests (2.1 and v1)
+REDUCE_ARGS = dict(
     n=st.sampled_from([0, 1, 5, 40]),
     t=tokens,
     k=st.integers(1, 9),
@@ -879,6 +877,10 @@ REDUCE_X = ["e4m3"] + [(d, kind) for d in (torch.bfloat16, torch.float32) for ki
     sf=st.sampled_from([None, 0.5, 3.0]),
     seed=st.integers(0, 2**16),
 )
+
+
+@SETTINGS
+@given(**REDUCE_ARGS)
 def test_reduce_fused_bytewise(peer, n, t, k, h, xkind, weights, fp8, sf, seed):
     """Against the peer's reference with its ``elementwise_fma`` rounded once (``_fma_exact``): what its torch.compile
     asks for and CUDA gives, and what the kernel does. Run on the CPU as written it rounds the product first (README
@@ -1444,17 +1446,7 @@ def test_v1_expand_to_fused_bytewise(peer_v1, t, k, h, extra, dtype, g_, col, se
 
 
 @SETTINGS
-@given(
-    n=st.sampled_from([0, 1, 5, 40]),
-    t=tokens,
-    k=st.integers(1, 9),
-    h=st.sampled_from([1, 7, 130]),
-    xkind=st.sampled_from(REDUCE_X),
-    weights=st.booleans(),
-    fp8=st.booleans(),
-    sf=st.sampled_from([None, 0.5, 3.0]),
-    seed=st.integers(0, 2**16),
-)
+@given(**REDUCE_ARGS)
 def test_v1_reduce_fused_bytewise(peer_v1, n, t, k, h, xkind, weights, fp8, sf, seed):
     """v1's file (the same text as 2.1's), compared the same way as test_reduce_fused_bytewise."""
     x, w, pos = _reduce_fused_inputs(n, t, k, h, xkind, weights, seed)
