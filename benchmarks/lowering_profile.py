@@ -5,7 +5,9 @@ seconds TileLang's Z3 prover spends per pass by verdict (proved / gave up at its
   python benchmarks/lowering_profile.py --survey --z3 --out survey.json   (the first variant of every op)
 
 --z3 re-executes the script under LD_PRELOAD of benchmarks/z3_verdicts.c (compiled here with cc), which times each
-Z3 check; nothing else changes. Run it on a quiet machine: the figures are wall seconds.
+Z3 check; nothing else changes, except that it turns the build's remembered Z3 answers off (build_tools/z3memo.c;
+without --z3 they are on, as in the build, unless KERNELKILN_Z3_MEMO=off). Run it on a quiet machine: the figures
+are wall seconds.
 """
 import argparse
 import ctypes
@@ -82,6 +84,8 @@ def main():
     p.add_argument("--out")
     p.add_argument("--min-seconds", type=float, default=0.05)
     args = p.parse_args()
+    if args.z3:  # the timing shim and the build's remembered answers (build_tools/z3memo.c) cannot both interpose
+        os.environ["KERNELKILN_Z3_MEMO"] = "off"
     if args.z3 and "KERNELKILN_Z3_SHIM" not in os.environ:
         env = dict(os.environ, LD_PRELOAD=str(_shim_path()), KERNELKILN_Z3_SHIM="1")
         sys.exit(subprocess.run([sys.executable, *sys.argv], env=env).returncode)

@@ -19,7 +19,7 @@ from pathlib import Path
 CACHE_VERSION = "1"
 _ROOT = Path(__file__).resolve().parent.parent
 # Sources every lowering depends on besides the kernel's own module.
-_SHARED_SOURCES = ("build_tools/spec.py", "build_tools/lower.py")
+_SHARED_SOURCES = ("build_tools/spec.py", "build_tools/lower.py", "build_tools/z3memo.c")
 
 
 def cache_dir():
@@ -61,7 +61,8 @@ def _common_deps(source, seen=None):
 
 
 def lower_key(variant, arch, module_file):
-    h = hashlib.sha256(f"lower:{CACHE_VERSION}:{variant.key}:{arch}:{_shared_digest()}".encode())
+    from build_tools import z3memo
+    h = hashlib.sha256(f"lower:{CACHE_VERSION}:{variant.key}:{arch}:{_shared_digest()}:{z3memo.state()}".encode())
     source = Path(module_file).read_bytes()
     h.update(source)
     for dep in _common_deps(source.decode()):

@@ -10,7 +10,11 @@ import time
 import traceback
 from pathlib import Path
 
-from build_tools import cache, manifest, spec
+from build_tools import z3memo
+
+z3memo.activate()  # before spec imports TileLang: TVM binds its Z3 references when it is loaded
+
+from build_tools import cache, manifest, spec  # noqa: E402
 
 
 def write_if_changed(path, text):
@@ -32,6 +36,7 @@ def lower_variant(variant, arch):
     from tilelang.transform.pass_config import normalize_pass_configs
     from tvm.target import Target
 
+    z3memo.clear()  # this variant's answers must not depend on what the process lowered before
     mod = manifest.kernel_module(variant.op)
     prim = mod.build(variant.as_dict(), arch)
     target = Target({"kind": "cuda", "arch": arch})
