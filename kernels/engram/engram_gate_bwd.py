@@ -6,7 +6,7 @@ vectors c·256 + 128w + 4l of its head's row, as the peer's. One CTA per partial
 time), contiguous tokens per CTA. Per token:
 
 1. G: each lane sums go·v over its vectors (serial fma, c-major), xor butterfly, lane 0 stores the warp's sum in
-   shared memory (two slots per token parity, so one barrier per token suffices), G = S_0 + S_1 after the barrier.
+   shared memory (two slots per token parity), G = S_0 + S_1 after the barrier.
 2. dg and the two coefficients from the saved raw dot, g, rx, rk; grad_v by every thread over 4-element vectors
    (the fma chain over the 4 heads, any mapping gives the same bits).
 3. grad_x, grad_k elementwise; the weight-gradient term fma(dg·x, k, acc) into the thread's accumulators: registers
@@ -14,10 +14,19 @@ time), contiguous tokens per CTA. Per token:
    in flight together; the terms of groups past the end are not added), the thread's own row of grad_w_partial for
    groups beyond (read, fma, write per token, in the same order).
 
-grad_out, x, k, w and v are read from global memory each time they are needed (the rereads of go hit L1); no
-shared memory beyond the 16 floats of the cross-warp sums, so H is a runtime value.
+Staging (A/B against the unstaged kernel: benchmarks/results/TARGETS.md): the first STAGED groups of the token's
+grad_out rows (each thread's own vectors, so phase 1 and phase 3 read back what the thread copied) and of its v row
+(vectors by thread id; read by every head in phase 1) are copied into shared memory with cp.async (8 bytes per
+vector) one token ahead, into the other of two slots, right after the token's second barrier: the copies of token
+t+1 fly while token t computes grad_v, grad_x and grad_k. Per token: wait for the own copies, barrier (others' v and,
+for grad_v, others' grad_out have landed), phase 1, barrier (the sums), issue the next token's copies, phases 2 and
+3. A token whose copies were not issued one ahead (the first, or the one after an image token) issues its own behind
+a barrier (the slot may still be read by the token two back). Groups past STAGED come from global memory as before.
+x, k and w are read from global memory (w's rereads hit L1); H is a runtime value.
 """
 from kernelkiln_contract.engram_gate import GATE_BWD_REG_GROUPS as REG_GROUPS
+from kernelkiln_contract.engram_gate import GATE_BWD_SHARED_BYTES
+from kernelkiln_contract.engram_gate import GATE_BWD_STAGED_GROUPS as STAGED
 from kernelkiln_contract.engram_gate import GATE_BWD_THREADS as THREADS
 from kernelkiln_contract.engram_gate import GATE_BWD_UNROLL as UNROLL
 
@@ -25,12 +34,13 @@ PASS_CONFIGS = {
     "tl.disable_tma_lower": True,
     "tl.disable_warp_specialized": True,
     "tl.disable_safe_memory_legalize": True,
-    "tl.disable_thread_storage_sync": True,  # the one barrier per token is placed by hand
+    "tl.disable_thread_storage_sync": True,  # the barriers are placed by hand
 }
 
 VEC = 4  # elements per lane and group
 WARPS_PER_HEAD = 2
 LANES_PER_HEAD = 64  # 4-element vectors per group of a head: 64 · 4 = 256
+STAGED_VECS = STAGED * LANES_PER_HEAD  # staged 4-element vectors per row
 
 
 def build(p, arch):
@@ -40,6 +50,8 @@ def build(p, arch):
     hc = p["hc_mult"]
     has_mask = bool(p["has_image_token_mask"])
     assert hc * WARPS_PER_HEAD * 32 == THREADS
+    slot_elems = (hc + 1) * STAGED_VECS * VEC  # one slot: hc grad_out rows, then the v row
+    assert 2 * 2 * slot_elems == GATE_BWD_SHARED_BYTES
     n_x, n_kv, n_w, n_s, n_m, n_p = T.dynamic("n_x, n_kv, n_w, n_s, n_m, n_p")
 
     def fma(a, b, c):
@@ -50,6 +62,25 @@ def build(p, arch):
 
     def f32(v):
         return T.Cast("float32", v)
+
+    def cp8(dst, src):  # one 4-element bf16 vector, cp.async.ca (dst, src: BufferLoads of the first element)
+        return T.ptx_cp_async(T.access_ptr(dst, "w", VEC), T.access_ptr(src, "r", VEC), VEC)
+
+    @T.macro
+    def issue_token(stage, grad_out, kv, tq, b, head, slot, tid, num_groups, row_vecs):
+        """Token tq's staged vectors into slot b: the thread's own grad_out vectors, v by thread id."""
+        tq64 = T.Cast("int64", tq)
+        go_row = (tq64 * hc + head) * row_vecs
+        v_row = (tq64 * (hc + 1) + hc) * row_vecs
+        base = b * slot_elems
+        for c in T.serial(T.min(num_groups, STAGED)):
+            cv = c * LANES_PER_HEAD + slot
+            cp8(stage[base + (head * STAGED_VECS + cv) * VEC], grad_out[(go_row + cv) * VEC])
+        for q in T.serial(T.truncdiv(T.min(num_groups, STAGED) * LANES_PER_HEAD + (THREADS - 1), THREADS)):
+            qv = q * THREADS + tid
+            if qv < T.min(num_groups, STAGED) * LANES_PER_HEAD:
+                cp8(stage[base + (hc * STAGED_VECS + qv) * VEC], kv[(v_row + qv) * VEC])
+        T.ptx_commit_group()
 
     @T.prim_func
     def engram_gate_bwd(
@@ -87,6 +118,9 @@ def build(p, arch):
             gh = T.alloc_local((hc,), "float32")
             gv = T.alloc_local((VEC,), "float32")
             sums = T.alloc_shared((2 * hc * WARPS_PER_HEAD,), "float32")
+            stage = T.alloc_shared((2 * slot_elems,), "bfloat16")  # two slots of staged grad_out and v
+            issued = T.alloc_var("bool")  # this token's staged vectors were issued by the previous token
+            nxt = T.alloc_var("bool")
             s = T.alloc_var("float32")
             dg = T.alloc_var("float32")
             cx = T.alloc_var("float32")
@@ -113,8 +147,10 @@ def build(p, arch):
             for c in T.serial(REG_GROUPS, T.max(num_groups, REG_GROUPS)):
                 for j in T.vectorized(VEC):
                     grad_w_partial[(p_row + c * LANES_PER_HEAD + slot) * VEC + j] = T.float32(0)
+            issued = False
             for t in T.serial(t_start, t_end):
                 t64 = T.Cast("int64", t)
+                b = t % 2
                 x_row = (t64 * hc + head) * row_vecs  # in vectors, for go, x and grad_x
                 k_row = (t64 * (hc + 1) + head) * row_vecs
                 v_row = (t64 * (hc + 1) + hc) * row_vecs
@@ -134,17 +170,30 @@ def build(p, arch):
                             for j in T.vectorized(VEC):
                                 grad_kv[(v_row + q0 * THREADS + tid) * VEC + j] = z4[j]
                 else:
-                    # 1. G = Σ go·v in the peer's lane order
+                    # 1. G = Σ go·v in the peer's lane order: staged groups from shared memory, the rest from global
+                    if not issued:
+                        T.sync_threads()  # the slot may still be read by token t - 2's grad_v
+                        issue_token(stage, grad_out, kv, t, b, head, slot, tid, num_groups, row_vecs)
+                    T.ptx_wait_group(0)
+                    T.sync_threads()  # every thread's copies of this token have landed
                     s = T.float32(0)
-                    for c0 in T.serial(T.truncdiv(num_groups + (UNROLL - 1), UNROLL)):
+                    for c in T.serial(T.min(num_groups, STAGED)):
+                        cv = c * LANES_PER_HEAD + slot
+                        for j in T.vectorized(VEC):
+                            gob[j] = stage[b * slot_elems + (head * STAGED_VECS + cv) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            vb[j] = stage[b * slot_elems + (hc * STAGED_VECS + cv) * VEC + j]
+                        for j in T.unroll(VEC):
+                            s = fma(f32(gob[j]), f32(vb[j]), s)
+                    for c0 in T.serial(T.truncdiv(T.max(num_groups - STAGED, 0) + (UNROLL - 1), UNROLL)):
                         for u in T.unroll(UNROLL):
-                            cc = T.min(c0 * UNROLL + u, num_groups - 1) * LANES_PER_HEAD + slot
+                            cc = T.min(STAGED + c0 * UNROLL + u, num_groups - 1) * LANES_PER_HEAD + slot
                             for j in T.vectorized(VEC):
                                 gob[u * VEC + j] = grad_out[(x_row + cc) * VEC + j]
                             for j in T.vectorized(VEC):
                                 vb[u * VEC + j] = kv[(v_row + cc) * VEC + j]
                         for u in T.unroll(UNROLL):
-                            if c0 * UNROLL + u < num_groups:
+                            if STAGED + c0 * UNROLL + u < num_groups:
                                 for j in T.unroll(VEC):
                                     s = fma(f32(gob[u * VEC + j]), f32(vb[u * VEC + j]), s)
                     s = T.warp_reduce_sum(s)
@@ -152,6 +201,15 @@ def build(p, arch):
                         sums[((t % 2) * hc + head) * WARPS_PER_HEAD + half] = s
                     T.sync_threads()
                     s = sums[((t % 2) * hc + head) * WARPS_PER_HEAD] + sums[((t % 2) * hc + head) * WARPS_PER_HEAD + 1]
+                    # the next token's copies fly during this token's phases 2 and 3 (its slot was last read by
+                    # token t - 1, which every thread finished before the barrier above)
+                    nxt = t + 1 < t_end
+                    if has_mask:
+                        if nxt:
+                            nxt = not image_token_mask[t + 1]
+                    if nxt:
+                        issue_token(stage, grad_out, kv, t + 1, 1 - b, head, slot, tid, num_groups, row_vecs)
+                    issued = nxt
                     # 2. the gate derivative and the normalization coefficients
                     raw = dot_in[t64 * hc + head]
                     g = gate_in[t64 * hc + head]
@@ -172,8 +230,13 @@ def build(p, arch):
                             for j in T.unroll(VEC):
                                 gv[j] = T.float32(0)
                             for hh in T.unroll(hc):
-                                for j in T.vectorized(VEC):
-                                    go4[j] = grad_out[((t64 * hc + hh) * row_vecs + q0 * THREADS + tid) * VEC + j]
+                                qv = q0 * THREADS + tid
+                                if qv < STAGED_VECS:
+                                    for j in T.vectorized(VEC):
+                                        go4[j] = stage[b * slot_elems + (hh * STAGED_VECS + qv) * VEC + j]
+                                else:
+                                    for j in T.vectorized(VEC):
+                                        go4[j] = grad_out[((t64 * hc + hh) * row_vecs + qv) * VEC + j]
                                 for j in T.unroll(VEC):
                                     gv[j] = fma(f32(go4[j]), gh[hh], gv[j])
                             for j in T.unroll(VEC):
@@ -183,8 +246,12 @@ def build(p, arch):
                     # 3. grad_x, grad_k and the weight-gradient terms; register accumulators first
                     for c in T.unroll(REG_GROUPS):
                         cc = T.min(c, num_groups - 1) * LANES_PER_HEAD + slot
-                        for j in T.vectorized(VEC):
-                            go4[j] = grad_out[(x_row + cc) * VEC + j]
+                        if c < STAGED:
+                            for j in T.vectorized(VEC):
+                                go4[j] = stage[b * slot_elems + (head * STAGED_VECS + cc) * VEC + j]
+                        else:
+                            for j in T.vectorized(VEC):
+                                go4[j] = grad_out[(x_row + cc) * VEC + j]
                         for j in T.vectorized(VEC):
                             x4[j] = hidden_states[(x_row + cc) * VEC + j]
                         for j in T.vectorized(VEC):
