@@ -20,7 +20,7 @@ GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS 
 # CTAs an SM holds, from shared memory: sm_90a and sm_100a have 228 KB per SM and reserve 1 KB per CTA (their 64 K
 # registers allow 17 one-warp CTAs up to 120 registers a thread; the kernel takes about 96)
 GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 17
-GATE_BWD_THREADS = 256
+GATE_BWD_THREADS = 512  # phase 1 (the peer's lane order) uses the first 256
 GATE_BWD_REG_GROUPS = 28  # 256-element groups of a head whose weight-gradient sums live in registers (H <= 7168)
 GATE_BWD_UNROLL = 4
 # groups of a token's grad_out rows (all heads) and of its v row staged in shared memory for the next token while
