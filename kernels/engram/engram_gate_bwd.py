@@ -17,15 +17,14 @@ tokens per CTA. Per token:
    step issued unconditionally, clamped to the row, so they can be in flight together), the thread's own elements
    of grad_w_partial for steps beyond (read, fma, write per token, in the same order).
 
-Staging: the first STAGED groups of 256 of every input row of the token (grad_out, x and k of each head, v) are
-copied into shared memory with cp.async (8 bytes per vector, by thread id) one token ahead, into the other of two
-slots, right after the token's second barrier, so the copies of token t+1 fly while token t computes phases 2 and 3.
-Per token: wait for the own copies, barrier (everyone's copies have landed), phase 1, barrier (the sums), issue the
-next token's copies, phases 2 and 3 (which read their inputs from shared memory too). A token whose copies were not
-issued one ahead (the first, or the one after an image token) issues its own behind a barrier (the slot may still be
-read by the token two back). Groups past STAGED come from global memory, same order, same bits. w is read from
-global memory (its rereads hit L1); H is a runtime value. Two slots of 16 groups take 208 KB of shared memory: more
-than the 99 KB of consumer Blackwell, within the 227 KB of sm_90a and sm_100a.
+Staging: the first STAGED groups of 256 of the token's grad_out rows and of its v row are copied into shared memory
+with cp.async (8 bytes per vector, by thread id) one token ahead, into the other of two slots, right after the
+token's second barrier, so the copies of token t+1 fly while token t computes phases 2 and 3. Per token: wait for
+the own copies, barrier (everyone's copies have landed), phase 1, barrier (the sums), issue the next token's
+copies, phases 2 and 3 (which read grad_out from shared memory too). A token whose copies were not issued one ahead
+(the first, or the one after an image token) issues its own behind a barrier (the slot may still be read by the
+token two back). Groups past STAGED come from global memory, same order, same bits. x, k and w are read from
+global memory (w's rereads hit L1); H is a runtime value.
 """
 from kernelkiln_contract.engram_gate import GATE_BWD_REG_GROUPS as REG_GROUPS
 from kernelkiln_contract.engram_gate import GATE_BWD_SHARED_BYTES
@@ -56,10 +55,7 @@ def build(p, arch):
     assert hc * WARPS_PER_HEAD * 32 == P1_THREADS and THREADS % hc == 0
     span = THREADS // hc  # phase 3: threads per head = vectors per step
     reg_steps = REG_GROUPS * LANES_PER_HEAD // span  # phase-3 steps whose accumulators live in registers
-    R_V, R_X, R_K, REGIONS = hc, hc + 1, 2 * hc + 1, 3 * hc + 1  # staged rows: grad_out (hc), v, x (hc), k (hc)
-    slot_elems = REGIONS * STAGED_VECS * VEC
-    n_st = STAGED_VECS // span  # phase-3 steps inside the staged groups
-    assert STAGED_VECS % span == 0 and n_st <= reg_steps
+    slot_elems = (hc + 1) * STAGED_VECS * VEC  # one slot: hc grad_out rows, then the v row
     assert 2 * 2 * slot_elems == GATE_BWD_SHARED_BYTES
     n_x, n_kv, n_w, n_s, n_m, n_p = T.dynamic("n_x, n_kv, n_w, n_s, n_m, n_p")
 
@@ -76,57 +72,19 @@ def build(p, arch):
         return T.ptx_cp_async(T.access_ptr(dst, "w", VEC), T.access_ptr(src, "r", VEC), VEC)
 
     @T.macro
-    def issue_token(stage, grad_out, hidden_states, kv, tq, b, tid, n_staged, row_vecs):
-        """Token tq's staged vectors into slot b, by thread id: every head's grad_out row, v, every head's x and k
-        rows (regions h, R_V, R_X + h, R_K + h)."""
+    def issue_token(stage, grad_out, kv, tq, b, tid, n_staged, row_vecs):
+        """Token tq's staged vectors (every head's grad_out row, then v) into slot b, by thread id."""
         tq64 = T.Cast("int64", tq)
-        for r in T.serial(REGIONS):  # not unrolled: 13 regions of hoisted row addresses would cost registers
+        for hh in T.unroll(hc + 1):
+            src_row = T.if_then_else(hh < hc, tq64 * hc + hh, tq64 * (hc + 1) + hc) * row_vecs
             for q in T.serial(T.truncdiv(n_staged + (THREADS - 1), THREADS)):
                 qv = q * THREADS + tid
                 if qv < n_staged:
-                    dst = stage[b * slot_elems + (r * STAGED_VECS + qv) * VEC]
-                    if r < R_V:
-                        cp8(dst, grad_out[((tq64 * hc + r) * row_vecs + qv) * VEC])
-                    elif r == R_V:
-                        cp8(dst, kv[((tq64 * (hc + 1) + hc) * row_vecs + qv) * VEC])
-                    elif r < R_K:
-                        cp8(dst, hidden_states[((tq64 * hc + (r - R_X)) * row_vecs + qv) * VEC])
+                    if hh < hc:
+                        cp8(stage[b * slot_elems + (hh * STAGED_VECS + qv) * VEC], grad_out[(src_row + qv) * VEC])
                     else:
-                        cp8(dst, kv[((tq64 * (hc + 1) + (r - R_K)) * row_vecs + qv) * VEC])
+                        cp8(stage[b * slot_elems + (hh * STAGED_VECS + qv) * VEC], kv[(src_row + qv) * VEC])
         T.ptx_commit_group()
-
-    @T.macro
-    def reg_step(c, staged, stage, grad_out, hidden_states, kv, weight_fused, grad_x, grad_kv, acc, go4, x4, k4, w4,
-                 o4, q4, b, head, own, row_vecs, x_row, k_row, w_row, dg, cx, ck):
-        """Phase 3 for step c of the register accumulators: inputs from the stage or from global memory."""
-        cc = T.min(c * span + own, row_vecs - 1)
-        if staged:
-            for j in T.vectorized(VEC):
-                go4[j] = stage[b * slot_elems + (head * STAGED_VECS + cc) * VEC + j]
-            for j in T.vectorized(VEC):
-                x4[j] = stage[b * slot_elems + ((R_X + head) * STAGED_VECS + cc) * VEC + j]
-            for j in T.vectorized(VEC):
-                k4[j] = stage[b * slot_elems + ((R_K + head) * STAGED_VECS + cc) * VEC + j]
-        else:
-            for j in T.vectorized(VEC):
-                go4[j] = grad_out[(x_row + cc) * VEC + j]
-            for j in T.vectorized(VEC):
-                x4[j] = hidden_states[(x_row + cc) * VEC + j]
-            for j in T.vectorized(VEC):
-                k4[j] = kv[(k_row + cc) * VEC + j]
-        for j in T.vectorized(VEC):
-            w4[j] = weight_fused[(w_row + cc) * VEC + j]
-        if c * span + own < row_vecs:
-            for j in T.unroll(VEC):
-                xf = f32(x4[j])
-                kf = f32(k4[j])
-                o4[j] = T.Cast("bfloat16", fma(fma(kf, w4[j], -mul(xf, cx)), dg, f32(go4[j])))
-                q4[j] = T.Cast("bfloat16", mul(fma(xf, w4[j], -mul(kf, ck)), dg))
-                acc[c * VEC + j] = fma(mul(dg, xf), kf, acc[c * VEC + j])
-            for j in T.vectorized(VEC):
-                grad_x[(x_row + cc) * VEC + j] = o4[j]
-            for j in T.vectorized(VEC):
-                grad_kv[(k_row + cc) * VEC + j] = q4[j]
 
     @T.prim_func
     def engram_gate_bwd(
@@ -223,7 +181,7 @@ def build(p, arch):
                 else:
                     if not issued:
                         T.sync_threads()  # the slot may still be read by token t - 2
-                        issue_token(stage, grad_out, hidden_states, kv, t, b, tid, n_staged, row_vecs)
+                        issue_token(stage, grad_out, kv, t, b, tid, n_staged, row_vecs)
                     T.ptx_wait_group(0)
                     T.sync_threads()  # every thread's copies of this token have landed
                     # 1. G = Σ go·v in the peer's lane order: staged groups from shared memory, the rest from global
@@ -235,7 +193,7 @@ def build(p, arch):
                             for j in T.vectorized(VEC):
                                 gob[j] = stage[b * slot_elems + (head1 * STAGED_VECS + cv) * VEC + j]
                             for j in T.vectorized(VEC):
-                                vb[j] = stage[b * slot_elems + (R_V * STAGED_VECS + cv) * VEC + j]
+                                vb[j] = stage[b * slot_elems + (hc * STAGED_VECS + cv) * VEC + j]
                             for j in T.unroll(VEC):
                                 s = fma(f32(gob[j]), f32(vb[j]), s)
                         for c0 in T.serial(T.truncdiv(T.max(num_groups - STAGED, 0) + (UNROLL - 1), UNROLL)):
@@ -261,7 +219,7 @@ def build(p, arch):
                         if nxt:
                             nxt = not image_token_mask[t + 1]
                     if nxt:
-                        issue_token(stage, grad_out, hidden_states, kv, t + 1, 1 - b, tid, n_staged, row_vecs)
+                        issue_token(stage, grad_out, kv, t + 1, 1 - b, tid, n_staged, row_vecs)
                     issued = nxt
                     # 2. the gate derivative and the normalization coefficients
                     raw = dot_in[t64 * hc + head]
@@ -297,17 +255,31 @@ def build(p, arch):
                             for j in T.vectorized(VEC):
                                 grad_kv[(v_row + qv) * VEC + j] = o4[j]
                     # 3. grad_x, grad_k and the weight-gradient terms; register accumulators first
-                    # the steps below n_st are staged for every H (clamped ones too); the later ones are not, or lie
-                    # past the row, and run only when the row has them (H > 4096), so that H <= 4096 loads nothing
-                    # it does not use and the two blocks' loads do not compete for registers
-                    for c in T.unroll(n_st):
-                        reg_step(c, True, stage, grad_out, hidden_states, kv, weight_fused, grad_x, grad_kv, acc,
-                                 go4, x4, k4, w4, o4, q4, b, head, own, row_vecs, x_row, k_row, w_row, dg, cx, ck)
-                    if steps > n_st:
-                        for c0 in T.unroll(reg_steps - n_st):
-                            reg_step(c0 + n_st, False, stage, grad_out, hidden_states, kv, weight_fused, grad_x,
-                                     grad_kv, acc, go4, x4, k4, w4, o4, q4, b, head, own, row_vecs, x_row, k_row,
-                                     w_row, dg, cx, ck)
+                    for c in T.unroll(reg_steps):
+                        cc = T.min(c * span + own, row_vecs - 1)
+                        if cc < n_staged:
+                            for j in T.vectorized(VEC):
+                                go4[j] = stage[b * slot_elems + (head * STAGED_VECS + cc) * VEC + j]
+                        else:
+                            for j in T.vectorized(VEC):
+                                go4[j] = grad_out[(x_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            x4[j] = hidden_states[(x_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            k4[j] = kv[(k_row + cc) * VEC + j]
+                        for j in T.vectorized(VEC):
+                            w4[j] = weight_fused[(w_row + cc) * VEC + j]
+                        if c * span + own < row_vecs:
+                            for j in T.unroll(VEC):
+                                xf = f32(x4[j])
+                                kf = f32(k4[j])
+                                o4[j] = T.Cast("bfloat16", fma(fma(kf, w4[j], -mul(xf, cx)), dg, f32(go4[j])))
+                                q4[j] = T.Cast("bfloat16", mul(fma(xf, w4[j], -mul(kf, ck)), dg))
+                                acc[c * VEC + j] = fma(mul(dg, xf), kf, acc[c * VEC + j])
+                            for j in T.vectorized(VEC):
+                                grad_x[(x_row + cc) * VEC + j] = o4[j]
+                            for j in T.vectorized(VEC):
+                                grad_kv[(k_row + cc) * VEC + j] = q4[j]
                     for c in T.serial(reg_steps, T.max(steps, reg_steps)):
                         cc = c * span + own
                         if cc < row_vecs:
