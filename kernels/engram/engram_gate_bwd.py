@@ -1,7 +1,7 @@
 """engram_gate_bwd: the Engram gate backward, hc = 4 (spec: the contract's doc, kernelkiln_contract.engram_gate).
 
 Thread level, because the bits of G = Σ go·v and of the weight-gradient partials are decided by which lane sums
-which elements in which order. One CTA of 512 threads per partial row p (P = the SM count at run time), contiguous
+which elements in which order. One CTA of 1024 threads per partial row p (P = the SM count at run time), contiguous
 tokens per CTA. Per token:
 
 1. G, by the first 256 threads in the peer's ownership: warp w of head h = warp // 2 (w = warp % 2), lane l owns the
@@ -9,13 +9,14 @@ tokens per CTA. Per token:
    c-major), xor butterfly, lane 0 stores the warp's sum in shared memory, G = S_0 + S_1 after the barrier.
 2. dg and the two coefficients from the saved raw dot, g, rx, rk; grad_v by every thread over 4-element vectors
    (the fma chain over the 4 heads; any mapping gives the same bits).
-3. grad_x, grad_k elementwise and the weight-gradient term fma(dg·x, k, acc), by all 512 threads: 128 per head,
-   thread j owning the vectors c·128 + j of its head's row. Which thread owns an element does not change its bits
-   (its fma chain runs over the CTA's tokens in order either way), so this phase can use twice the threads of
-   phase 1: 16 warps per SM instead of 8 keep twice the loads in flight (measured: the 256-thread kernel reached
-   42 % of copy with the staging below). Accumulators in registers for the first REG_STEPS steps (loads of every
-   step issued unconditionally, clamped to the row, so they can be in flight together), the thread's own elements
-   of grad_w_partial for steps beyond (read, fma, write per token, in the same order).
+3. grad_x, grad_k elementwise and the weight-gradient term fma(dg·x, k, acc), by all 1024 threads: 256 per head,
+   thread j owning the vectors c·256 + j of its head's row. Which thread owns an element does not change its bits
+   (its fma chain runs over the CTA's tokens in order either way), so this phase runs on 32 warps per SM while
+   phase 1 keeps the peer's 8. The sums live in shared memory (the CTA's partial row, each thread reading and
+   writing only its own elements, so no barrier), for H <= 7168; beyond, in the thread's own elements of
+   grad_w_partial (read, fma, write per token, same order). Register sums capped the earlier kernel at 512 threads
+   (128 registers; 768 and 1024 threads spilled at 80 / 64), and 16 warps per SM left it latency-bound
+   (benchmarks/results/TARGETS.md).
 
 Staging: the first STAGED groups of 256 of the token's grad_out rows and of its v row are copied into shared memory
 with cp.async (8 bytes per vector, by thread id) one token ahead, into the other of two slots, right after the
@@ -26,7 +27,7 @@ copies, phases 2 and 3 (which read grad_out from shared memory too). A token who
 token two back). Groups past STAGED come from global memory, same order, same bits. x, k and w are read from
 global memory (w's rereads hit L1); H is a runtime value.
 """
-from kernelkiln_contract.engram_gate import GATE_BWD_REG_GROUPS as REG_GROUPS
+from kernelkiln_contract.engram_gate import GATE_BWD_ACC_GROUPS as ACC_GROUPS
 from kernelkiln_contract.engram_gate import GATE_BWD_SHARED_BYTES
 from kernelkiln_contract.engram_gate import GATE_BWD_STAGED_GROUPS as STAGED
 from kernelkiln_contract.engram_gate import GATE_BWD_THREADS as THREADS
@@ -44,6 +45,7 @@ WARPS_PER_HEAD = 2  # phase 1
 LANES_PER_HEAD = 64  # phase 1: 4-element vectors per group of a head: 64 · 4 = 256
 P1_THREADS = 4 * WARPS_PER_HEAD * 32  # the threads of phase 1 (hc = 4)
 STAGED_VECS = STAGED * LANES_PER_HEAD  # staged 4-element vectors per row
+PHASE3_UNROLL = 2  # phase-3 steps whose loads are issued together
 
 
 def build(p, arch):
@@ -54,9 +56,9 @@ def build(p, arch):
     has_mask = bool(p["has_image_token_mask"])
     assert hc * WARPS_PER_HEAD * 32 == P1_THREADS and THREADS % hc == 0
     span = THREADS // hc  # phase 3: threads per head = vectors per step
-    reg_steps = REG_GROUPS * LANES_PER_HEAD // span  # phase-3 steps whose accumulators live in registers
+    acc_vecs = ACC_GROUPS * LANES_PER_HEAD  # 4-element vectors of a head's row summed in shared memory
     slot_elems = (hc + 1) * STAGED_VECS * VEC  # one slot: hc grad_out rows, then the v row
-    assert 2 * 2 * slot_elems == GATE_BWD_SHARED_BYTES
+    assert 2 * 2 * slot_elems + 4 * hc * acc_vecs * VEC == GATE_BWD_SHARED_BYTES
     n_x, n_kv, n_w, n_s, n_m, n_p = T.dynamic("n_x, n_kv, n_w, n_s, n_m, n_p")
 
     def fma(a, b, c):
@@ -108,7 +110,7 @@ def build(p, arch):
     ):
         with T.Kernel(num_partials, threads=THREADS) as pid:
             tid = T.get_thread_binding()
-            acc = T.alloc_local((reg_steps * VEC,), "float32")
+            accs = T.alloc_shared((hc * acc_vecs * VEC,), "float32")  # the CTA's partial row; each thread its own
             gob = T.alloc_local((UNROLL * VEC,), "bfloat16")
             vb = T.alloc_local((UNROLL * VEC,), "bfloat16")
             go4 = T.alloc_local((VEC,), "bfloat16")
@@ -147,14 +149,17 @@ def build(p, arch):
             per_block = T.truncdiv(num_tokens + num_partials - 1, num_partials)
             t_start = T.min(per_block * pid, num_tokens)
             t_end = T.min(per_block * (pid + 1), num_tokens)
-            for i in T.unroll(reg_steps * VEC):
-                acc[i] = T.float32(0)
             for j in T.unroll(VEC):
                 z4[j] = T.Cast("bfloat16", T.float32(0))
-            for c in T.serial(reg_steps, T.max(steps, reg_steps)):
-                if c * span + own < row_vecs:
-                    for j in T.vectorized(VEC):
-                        grad_w_partial[(p_row + c * span + own) * VEC + j] = T.float32(0)
+            for c in T.serial(steps):
+                cc = c * span + own
+                if cc < row_vecs:
+                    if cc < acc_vecs:
+                        for j in T.vectorized(VEC):
+                            accs[(head * acc_vecs + cc) * VEC + j] = T.float32(0)
+                    else:
+                        for j in T.vectorized(VEC):
+                            grad_w_partial[(p_row + cc) * VEC + j] = T.float32(0)
             issued = False
             for t in T.serial(t_start, t_end):
                 t64 = T.Cast("int64", t)
@@ -254,61 +259,50 @@ def build(p, arch):
                                 o4[j] = T.Cast("bfloat16", gv[j])
                             for j in T.vectorized(VEC):
                                 grad_kv[(v_row + qv) * VEC + j] = o4[j]
-                    # 3. grad_x, grad_k and the weight-gradient terms; register accumulators first
-                    for c in T.unroll(reg_steps):
-                        cc = T.min(c * span + own, row_vecs - 1)
-                        if cc < n_staged:
-                            for j in T.vectorized(VEC):
-                                go4[j] = stage[b * slot_elems + (head * STAGED_VECS + cc) * VEC + j]
-                        else:
-                            for j in T.vectorized(VEC):
-                                go4[j] = grad_out[(x_row + cc) * VEC + j]
-                        for j in T.vectorized(VEC):
-                            x4[j] = hidden_states[(x_row + cc) * VEC + j]
-                        for j in T.vectorized(VEC):
-                            k4[j] = kv[(k_row + cc) * VEC + j]
-                        for j in T.vectorized(VEC):
-                            w4[j] = weight_fused[(w_row + cc) * VEC + j]
-                        if c * span + own < row_vecs:
-                            for j in T.unroll(VEC):
-                                xf = f32(x4[j])
-                                kf = f32(k4[j])
-                                o4[j] = T.Cast("bfloat16", fma(fma(kf, w4[j], -mul(xf, cx)), dg, f32(go4[j])))
-                                q4[j] = T.Cast("bfloat16", mul(fma(xf, w4[j], -mul(kf, ck)), dg))
-                                acc[c * VEC + j] = fma(mul(dg, xf), kf, acc[c * VEC + j])
-                            for j in T.vectorized(VEC):
-                                grad_x[(x_row + cc) * VEC + j] = o4[j]
-                            for j in T.vectorized(VEC):
-                                grad_kv[(k_row + cc) * VEC + j] = q4[j]
-                    for c in T.serial(reg_steps, T.max(steps, reg_steps)):
-                        cc = c * span + own
-                        if cc < row_vecs:
-                            for j in T.vectorized(VEC):
-                                go4[j] = grad_out[(x_row + cc) * VEC + j]
-                            for j in T.vectorized(VEC):
-                                x4[j] = hidden_states[(x_row + cc) * VEC + j]
-                            for j in T.vectorized(VEC):
-                                k4[j] = kv[(k_row + cc) * VEC + j]
-                            for j in T.vectorized(VEC):
-                                w4[j] = weight_fused[(w_row + cc) * VEC + j]
-                            for j in T.vectorized(VEC):
-                                p4[j] = grad_w_partial[(p_row + cc) * VEC + j]
-                            for j in T.unroll(VEC):
-                                xf = f32(x4[j])
-                                kf = f32(k4[j])
-                                o4[j] = T.Cast("bfloat16", fma(fma(kf, w4[j], -mul(xf, cx)), dg, f32(go4[j])))
-                                q4[j] = T.Cast("bfloat16", mul(fma(xf, w4[j], -mul(kf, ck)), dg))
-                                p4[j] = fma(mul(dg, xf), kf, p4[j])
-                            for j in T.vectorized(VEC):
-                                grad_x[(x_row + cc) * VEC + j] = o4[j]
-                            for j in T.vectorized(VEC):
-                                grad_kv[(k_row + cc) * VEC + j] = q4[j]
-                            for j in T.vectorized(VEC):
-                                grad_w_partial[(p_row + cc) * VEC + j] = p4[j]
-            for c in T.unroll(reg_steps):
-                if c * span + own < row_vecs:
+                    # 3. grad_x, grad_k and the weight-gradient terms, PHASE3_UNROLL steps at a time
+                    for c0 in T.serial(T.truncdiv(steps + (PHASE3_UNROLL - 1), PHASE3_UNROLL)):
+                        for u in T.unroll(PHASE3_UNROLL):
+                            cc = (c0 * PHASE3_UNROLL + u) * span + own
+                            if cc < row_vecs:
+                                if cc < n_staged:
+                                    for j in T.vectorized(VEC):
+                                        go4[j] = stage[b * slot_elems + (head * STAGED_VECS + cc) * VEC + j]
+                                else:
+                                    for j in T.vectorized(VEC):
+                                        go4[j] = grad_out[(x_row + cc) * VEC + j]
+                                for j in T.vectorized(VEC):
+                                    x4[j] = hidden_states[(x_row + cc) * VEC + j]
+                                for j in T.vectorized(VEC):
+                                    k4[j] = kv[(k_row + cc) * VEC + j]
+                                for j in T.vectorized(VEC):
+                                    w4[j] = weight_fused[(w_row + cc) * VEC + j]
+                                if cc < acc_vecs:
+                                    for j in T.vectorized(VEC):
+                                        p4[j] = accs[(head * acc_vecs + cc) * VEC + j]
+                                else:
+                                    for j in T.vectorized(VEC):
+                                        p4[j] = grad_w_partial[(p_row + cc) * VEC + j]
+                                for j in T.unroll(VEC):
+                                    xf = f32(x4[j])
+                                    kf = f32(k4[j])
+                                    o4[j] = T.Cast("bfloat16", fma(fma(kf, w4[j], -mul(xf, cx)), dg, f32(go4[j])))
+                                    q4[j] = T.Cast("bfloat16", mul(fma(xf, w4[j], -mul(kf, ck)), dg))
+                                    p4[j] = fma(mul(dg, xf), kf, p4[j])
+                                for j in T.vectorized(VEC):
+                                    grad_x[(x_row + cc) * VEC + j] = o4[j]
+                                for j in T.vectorized(VEC):
+                                    grad_kv[(k_row + cc) * VEC + j] = q4[j]
+                                if cc < acc_vecs:
+                                    for j in T.vectorized(VEC):
+                                        accs[(head * acc_vecs + cc) * VEC + j] = p4[j]
+                                else:
+                                    for j in T.vectorized(VEC):
+                                        grad_w_partial[(p_row + cc) * VEC + j] = p4[j]
+            for c in T.serial(T.min(steps, T.truncdiv(acc_vecs + (span - 1), span))):
+                cc = c * span + own
+                if cc < T.min(row_vecs, acc_vecs):
                     for j in T.vectorized(VEC):
-                        grad_w_partial[(p_row + c * span + own) * VEC + j] = acc[c * VEC + j]
+                        grad_w_partial[(p_row + cc) * VEC + j] = accs[(head * acc_vecs + cc) * VEC + j]
             T.pdl_trigger()
 
     return engram_gate_bwd

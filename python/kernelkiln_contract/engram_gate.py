@@ -20,14 +20,16 @@ GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS 
 # CTAs an SM holds, from shared memory: sm_90a and sm_100a have 228 KB per SM and reserve 1 KB per CTA (their 64 K
 # registers allow 17 one-warp CTAs up to 120 registers a thread; the kernel takes about 96)
 GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 17
-GATE_BWD_THREADS = 512  # phase 1 (the peer's lane order) uses the first 256
-GATE_BWD_REG_GROUPS = 28  # 256-element groups of a head whose weight-gradient sums live in registers (H <= 7168)
+GATE_BWD_THREADS = 1024  # phase 1 (the peer's lane order) uses the first 256
+GATE_BWD_ACC_GROUPS = 28  # 256-element groups of a head whose weight-gradient sums live in shared memory (H <= 7168)
 GATE_BWD_UNROLL = 4
 # groups of a token's grad_out rows (all heads) and of its v row staged in shared memory for the next token while
-# this one is computed (H <= 4096 whole); two slots: 2 · (hc + 1) · 16 · 256 bf16 = 80 KB, under the 99 KB of
-# consumer Blackwell. Groups beyond are read from global memory, same order, same bits.
+# this one is computed (H <= 4096 whole), two slots; and the CTA's weight-gradient partial row for H <= 7168:
+# 80 KB + 112 KB = 192 KB (over the 99 KB of consumer Blackwell, within sm_90a's and sm_100a's 227 KB). Groups beyond
+# are read from global memory, partial sums beyond accumulate in grad_w_partial; same order, same bits.
 GATE_BWD_STAGED_GROUPS = 16
-GATE_BWD_SHARED_BYTES = 2 * (GATE_BWD_HC[0] + 1) * GATE_BWD_STAGED_GROUPS * 256 * 2  # 81920
+GATE_BWD_SHARED_BYTES = (2 * (GATE_BWD_HC[0] + 1) * GATE_BWD_STAGED_GROUPS * 256 * 2
+                         + GATE_BWD_HC[0] * GATE_BWD_ACC_GROUPS * 256 * 4)  # 196608
 
 
 def gate_fwd_num_blocks(num_sms, hc_mult):
