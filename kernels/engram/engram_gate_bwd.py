@@ -45,7 +45,7 @@ WARPS_PER_HEAD = 2  # phase 1
 LANES_PER_HEAD = 64  # phase 1: 4-element vectors per group of a head: 64 · 4 = 256
 P1_THREADS = 4 * WARPS_PER_HEAD * 32  # the threads of phase 1 (hc = 4)
 STAGED_VECS = STAGED * LANES_PER_HEAD  # staged 4-element vectors per row
-PHASE3_UNROLL = 4  # phase-3 steps whose loads are issued together
+PHASE3_UNROLL = 2  # phase-3 steps whose loads are issued together
 
 
 def build(p, arch):
