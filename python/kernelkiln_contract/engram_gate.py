@@ -7,7 +7,7 @@ the ops and the tests share them.
 from kernelkiln_contract._core import OpContract, Param
 
 GATE_FWD_HC = (1, 2, 4, 8)  # the forward's code depends on hc only through strides and the grid
-GATE_BWD_HC = (4,)  # the backward's warp layout is two warps per head, eight warps: hc 4 only (as the peer)
+GATE_BWD_HC = (4,)  # the backward's G keeps the peer's layout, two warps per head on eight warps: hc 4 only
 GATE_ALIGN = 256  # hidden sizes are multiples of it: one 8-element vector per lane of a warp
 GATE_MIN_HIDDEN = 512
 GATE_FWD_THREADS = 32

@@ -162,9 +162,7 @@ def test_the_lowering_cache_key_names_the_memo_state(monkeypatch):
     class V:
         key = "op(a=1)"
 
-    module = ROOT / "kernels" / "engram" / "gate_fwd.py"
-    if not module.exists():
-        module = Path(__file__)
+    module = ROOT / "kernels" / "engram" / "engram_gate_fwd.py"
     monkeypatch.setattr(z3memo, "state", lambda: "off")
     off = cache.lower_key(V, "sm_90a", module)
     monkeypatch.setattr(z3memo, "state", lambda: "z3memo-0123456789abcdef")
