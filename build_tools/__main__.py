@@ -183,13 +183,14 @@ def _shard(arches, variants, spec):
     return work
 
 
-def _lower_worker(variants, arch, gen_dir, queue):
+def _lower_worker(variants, arch, gen_dir, queue, share_with=None, shareable=None):
     """One slice of one arch's lowering, in a process of its own; events go to the parent's progress display."""
     from build_tools import lower
 
     def report(event, v, a, message):
         queue.put((event, v.key, a, v.as_dict(), message))
-    lower.lower_all(variants, arch, gen_dir, log=lambda *a: None, report=report)
+    lower.lower_all(variants, arch, gen_dir, log=lambda *a: None, report=report, share_with=share_with,
+                    shareable=shareable)
 
 
 def _lowering_slices(work, jobs):
@@ -222,8 +223,9 @@ def _lowered_in_cache(variant, arch):
     return cache.has(key, "spec.json") and cache.has(key, "kernel.cu")
 
 
-def _drain(queue, prog, timeout):
-    """Apply lowering events to ``prog``; returns the number handled."""
+def _drain(queue, prog, timeout, shared=None):
+    """Apply lowering events to ``prog`` (and the (key, arch) of "shared" ones to the set ``shared``); returns the
+    number handled."""
     import queue as queue_mod
     n = 0
     while True:
@@ -235,15 +237,37 @@ def _drain(queue, prog, timeout):
         n += 1
         if event == "failed":
             prog.fail("lower", key, arch, params, message)
+        elif event == "shared":
+            if shared is not None:
+                shared.add((key, arch))
+            prog.advance("lower", shared=True)
         else:
             prog.advance("lower", cached=event == "cached")
+
+
+# Lowered first, and shared with the second where build_tools.archshare proves the second's lowering the same.
+SHARE_FROM, SHARE_TO = "sm_90a", "sm_100a"
 
 
 def _lower_parallel(work, gen, prog, jobs=None):
     """Lower {arch: [variants]} in at most max(jobs, arches) processes at a time, live progress.
 
     Every slice gets a fresh process, and a process lowers one arch only (docs/LOWERING.md §3: no TileLang state
-    is shared between arches)."""
+    is shared between arches). With both CUDA arches to lower, sm_90a goes first in all the processes and each of
+    its lowerings that build_tools.archshare proves to be sm_100a's too is written for both (§5); then sm_100a
+    lowers the rest."""
+    from build_tools import archshare
+    if not (work.get(SHARE_FROM) and work.get(SHARE_TO) and archshare.enabled()):
+        return _lower_slices(work, gen, prog, jobs)
+    rest = {a: vs for a, vs in work.items() if a not in (SHARE_FROM, SHARE_TO)}
+    shared = set()
+    ok = _lower_slices({SHARE_FROM: work[SHARE_FROM], **rest}, gen, prog, jobs, share_with=SHARE_TO,
+                       shareable={v.key for v in work[SHARE_TO]}, shared=shared)
+    second = [v for v in work[SHARE_TO] if (v.key, SHARE_TO) not in shared]
+    return _lower_slices({SHARE_TO: second}, gen, prog, jobs) and ok
+
+
+def _lower_slices(work, gen, prog, jobs=None, share_with=None, shareable=None, shared=None):
     import multiprocessing
     ctx = multiprocessing.get_context("fork")
     slices = _lowering_slices(work, jobs or os.cpu_count())
@@ -253,10 +277,11 @@ def _lower_parallel(work, gen, prog, jobs=None):
     while todo or running:
         while todo and len(running) < limit:
             arch, vs = todo.pop(0)
-            proc = ctx.Process(target=_lower_worker, args=(vs, arch, str(gen), queue), daemon=True)
+            args = (vs, arch, str(gen), queue) + ((share_with, shareable) if arch == SHARE_FROM else ())
+            proc = ctx.Process(target=_lower_worker, args=args, daemon=True)
             proc.start()
             running.append((proc, arch))
-        _drain(queue, prog, 0.2)
+        _drain(queue, prog, 0.2, shared)
         for proc, arch in list(running):
             if not proc.is_alive():
                 proc.join()
@@ -265,7 +290,7 @@ def _lower_parallel(work, gen, prog, jobs=None):
                     prog.fail("lower", f"(a lowering process for {arch})", arch, {},
                               f"lowering process died (exit code {proc.exitcode}); the variant after the last one "
                               "reported above crashed it")
-    _drain(queue, prog, 0.05)
+    _drain(queue, prog, 0.05, shared)
     return not prog.failures
 
 

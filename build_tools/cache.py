@@ -19,7 +19,8 @@ from pathlib import Path
 CACHE_VERSION = "1"
 _ROOT = Path(__file__).resolve().parent.parent
 # Sources every lowering depends on besides the kernel's own module.
-_SHARED_SOURCES = ("build_tools/spec.py", "build_tools/lower.py", "build_tools/z3memo.c")
+_SHARED_SOURCES = ("build_tools/spec.py", "build_tools/lower.py", "build_tools/z3memo.c", "build_tools/archshare.py",
+                   "build_tools/archtrace.c")
 
 
 def cache_dir():

@@ -2,17 +2,20 @@
 
 Never lower two arches in one process: TileLang caches TIR per argument tuple inside a
 process, and device-property dependent frontends would otherwise leak one
-arch's choices into the other (docs/LOWERING.md §3).
+arch's choices into the other (docs/LOWERING.md §3). A lowering may instead be shared with
+another arch where build_tools.archshare proves that arch's lowering identical (§5).
 """
+import contextlib
 import json
 import re
 import time
 import traceback
 from pathlib import Path
 
-from build_tools import z3memo
+from build_tools import archshare, z3memo
 
 z3memo.activate()  # before spec imports TileLang: TVM binds its Z3 references when it is loaded
+archshare.activate()  # likewise: libtilelang's target predicates bind when it is loaded
 
 from build_tools import cache, manifest, spec  # noqa: E402
 
@@ -28,8 +31,10 @@ def write_if_changed(path, text):
     return True
 
 
-def lower_variant(variant, arch):
-    """(cuda_source, spec_dict) of one variant for one arch."""
+def lower_variant(variant, arch, share_with=None):
+    """(cuda_source, spec_dict, shared) of one variant for one arch; ``shared`` is the spec of the same lowering
+    for arch ``share_with`` if build_tools.archshare proved that arch's lowering identical (its CUDA is this
+    one's), else None. ``lower_variant.last_trace`` keeps the last Trace (why a lowering was not shared)."""
     from tilelang import tvm
     from tilelang.backend.module import create_backend_context
     from tilelang.engine.lower import lower_with_context
@@ -44,12 +49,24 @@ def lower_variant(variant, arch):
     # which keeps the host IR (TMA descriptors, argument binding) readable.
     ctx = create_backend_context(target, None, "cython")
     cfg = normalize_pass_configs(dict(mod.PASS_CONFIGS))
-    with tvm.transform.PassContext(opt_level=3, config=cfg), target:
+    trace = contextlib.nullcontext()
+    if share_with is not None:
+        trace = archshare.trace(prim, mod.build(variant.as_dict(), share_with), target,
+                                Target({"kind": "cuda", "arch": share_with}))
+    with trace as shared_trace, tvm.transform.PassContext(opt_level=3, config=cfg), target:
         art = lower_with_context(prim, ctx, enable_host_codegen=False, enable_device_compile=False)
+    lower_variant.last_trace = shared_trace
     launch = spec.extract(prim, art)
     check_contract_args(variant.op, variant.as_dict(), launch)
     launch.update({"op": variant.op, "key": variant.key, "variant": variant.as_dict(), "arch": arch})
-    return unique_symbols(art.kernel_source, launch, variant.stem)
+    source, launch = unique_symbols(art.kernel_source, launch, variant.stem)
+    shared = None
+    if shared_trace is not None and not shared_trace.reasons:
+        shared = dict(launch, arch=share_with)
+    return source, launch, shared
+
+
+lower_variant.last_trace = None
 
 
 def check_contract_args(op, values, launch):
@@ -85,11 +102,14 @@ def unique_symbols(source, launch, stem):
     return source, launch
 
 
-def lower_all(variants, arch, out_dir, log=print, report=None):
+def lower_all(variants, arch, out_dir, log=print, report=None, share_with=None, shareable=None):
     """Lower ``variants`` for ``arch`` into ``out_dir``; returns [(variant, exception)] of failures.
 
     ``report(event, variant, arch, message)``, if given, is called once per variant with event
-    "cached", "lowered" or "failed" (message: the lowering traceback) -- build_tools.progress."""
+    "cached", "lowered" or "failed" (message: the lowering traceback) -- build_tools.progress -- and once more
+    with "shared" and arch ``share_with`` for each lowering that was proved to be that arch's too (its files and
+    cache entry are written as well; the caller leaves those variants out of that arch's lowering). ``shareable``:
+    the keys of the variants to try that for (None: all)."""
     report = report or (lambda *a: None)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -111,7 +131,8 @@ def lower_all(variants, arch, out_dir, log=print, report=None):
             report("cached", v, arch, None)
         else:
             try:
-                src, launch = lower_variant(v, arch)
+                other = share_with if shareable is None or v.key in shareable else None
+                src, launch, shared = lower_variant(v, arch, other)
             except Exception as e:  # report every failing variant with the spec that produced it
                 failures.append((v, e))
                 log(f"[{arch}] FAILED {v.key}: {type(e).__name__}: {e}")
@@ -122,6 +143,14 @@ def lower_all(variants, arch, out_dir, log=print, report=None):
             cache.put(key, "spec.json", launch_json)
             log(f"[{arch}] {i + 1}/{len(variants)} lowered {v.key} in {time.time() - t0:.2f}s")
             report("lowered", v, arch, None)
+            if shared is not None:
+                shared_json = json.dumps(shared, indent=1, sort_keys=True)
+                other = cache.lower_key(v, share_with, manifest.kernel_module(v.op).__file__)
+                cache.put(other, "kernel.cu", src)
+                cache.put(other, "spec.json", shared_json)
+                write_if_changed(out_dir / f"{v.stem}.{share_with}.cu", src)
+                write_if_changed(out_dir / f"{v.stem}.{share_with}.json", shared_json)
+                report("shared", v, share_with, None)
         write_if_changed(out_dir / f"{v.stem}.{arch}.cu", src)
         write_if_changed(out_dir / f"{v.stem}.{arch}.json", launch_json)
     if hits:

@@ -40,6 +40,7 @@ class Progress:
         self.t0 = clock()
         self.done = {s: 0 for s in self.STEPS}
         self.cached = {s: 0 for s in self.STEPS}
+        self.shared = {s: 0 for s in self.STEPS}  # done by another arch's job (build_tools.archshare); in cached too
         self.failures = []
         self._worked = False  # a job that was not a cache hit has finished
         self._last_draw = None
@@ -47,12 +48,17 @@ class Progress:
         self._line_open = False
 
     # -- events ---------------------------------------------------------------------------
-    def advance(self, step, cached=False, n=1):
+    def advance(self, step, cached=False, n=1, shared=False):
+        """``n`` jobs of ``step`` done: run, taken from the cache, or (``shared``) done by another arch's job, which
+        costs this one nothing as a cache hit does."""
         with self._lock:
+            cached = cached or shared
             self._worked = self._worked or not cached
             self.done[step] += n
             if cached:
                 self.cached[step] += n
+            if shared:
+                self.shared[step] += n
             self._maybe_draw()
 
     def fail(self, step, key, arch, params, message, counted=False):
@@ -136,7 +142,9 @@ class Progress:
             size = f", {nbytes / 1e6:.2f} MB of cubins" if nbytes is not None else ""
             n = self.total if cubins is None else cubins
             print(f"{self.label}: {n} kernels in {elapsed:.1f}s{size}; "
-                  + ", ".join(f"{s}: {built[s]} run, {self.cached[s]} from cache" for s in self.STEPS)
+                  + ", ".join(f"{s}: {built[s]} run, " + (f"{self.shared[s]} shared between arches, "
+                                                           if self.shared[s] else "")
+                              + f"{self.cached[s] - self.shared[s]} from cache" for s in self.STEPS)
                   + f"; {len(self.failures)} failed", file=self.stream, flush=True)
             return "\n".join(f.report() for f in self.failures)
 

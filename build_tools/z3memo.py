@@ -8,14 +8,11 @@ Z3 references when it is loaded. ``clear()`` forgets the remembered answers (low
 KERNELKILN_Z3_MEMO=off lowers without it (Z3 then solves every query; the kernels are the same, only slower).
 """
 import ctypes
-import hashlib
 import importlib.util
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
+
+from build_tools import cshim
 
 SOURCE = Path(__file__).with_name("z3memo.c")
 _lib = None
@@ -30,16 +27,11 @@ def enabled():
 
 
 def _digest():
-    return hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    return cshim.digest(SOURCE)
 
 
 def _tilelang_loaded():
-    """Whether TVM's compiler library is already loaded (its Z3 references are then bound to libz3)."""
-    try:
-        with open("/proc/self/maps") as f:
-            return any("libtvm_compiler" in line or "libtilelang" in line for line in f)
-    except OSError:
-        return "tvm" in sys.modules or "tilelang.lib" in sys.modules
+    return cshim.tilelang_loaded()
 
 
 def state():
@@ -62,28 +54,10 @@ def _libz3():
 
 
 def _compiled():
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelkiln" / "z3memo"
-    out = base / f"z3memo-{_digest()}.so"
-    if out.exists():
-        return out
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        raise Z3MemoError("no C compiler (cc, gcc or $CC) to build build_tools/z3memo.c; install one or set "
-                          "KERNELKILN_Z3_MEMO=off to lower without remembered Z3 answers")
-    base.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=base) as tmp:
-        so = Path(tmp) / out.name
-        try:
-            r = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(so), str(SOURCE), "-ldl", "-lpthread"],
-                               capture_output=True, text=True)
-            failed = r.stderr[-2000:] if r.returncode != 0 else None
-        except OSError as e:
-            failed = str(e)
-        if failed is not None:
-            raise Z3MemoError(f"{cc} failed on {SOURCE}:\n{failed}\n"
-                              "set KERNELKILN_Z3_MEMO=off to lower without remembered Z3 answers")
-        os.replace(so, out)  # atomic: concurrent lowering processes may compile it at once
-    return out
+    try:
+        return cshim.compiled(SOURCE, "KERNELKILN_Z3_MEMO=off", ("-ldl", "-lpthread"))
+    except cshim.ShimError as e:
+        raise Z3MemoError(str(e)) from None
 
 
 def activate():

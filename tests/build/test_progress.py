@@ -126,7 +126,8 @@ def test_an_nvcc_error_fails_the_build_with_the_variant_and_compiler_stderr(tmp_
         sys.path.insert(0, {str(ROOT)!r})
         from build_tools import cache, lower, __main__ as cli
         cache.cache_dir = lambda: None
-        lower.lower_variant = lambda v, arch: ("extern \\"C\\" __global__ void k() {{ undefined_thing(); }}\\n", {{}})
+        lower.lower_variant = lambda v, arch, share_with=None: (
+            "extern \\"C\\" __global__ void k() {{ undefined_thing(); }}\\n", {{}}, None)
         cli.main(["build", "--manifest", {str(m)!r}, "--out-dir", {str(tmp_path / "store")!r}])
         """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)

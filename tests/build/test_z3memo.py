@@ -142,7 +142,7 @@ warnings.simplefilter("ignore")
 from build_tools import lower, manifest, z3memo
 op = "engram_gate_fwd"
 v = manifest.expand(op, [dict(manifest.CONTRACTS[op].representative)])[0]
-src, launch = lower.lower_variant(v, "sm_90a")
+src, launch, _ = lower.lower_variant(v, "sm_90a")
 print(json.dumps({"state": z3memo.state(), "counts": z3memo.counts(), "src": src, "launch": launch}))
 """
 
