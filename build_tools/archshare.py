@@ -4,8 +4,9 @@ A variant's lowering can depend on the arch in three ways only: the kernel modul
 (``build(p, arch)``), TileLang's C++ asks about it, or TileLang's Python asks about it. ``trace`` watches all three
 while the variant is lowered for its first arch, and asks every question about the other arch as well:
 
-- the PrimFunc the kernel module builds for the other arch must be structurally equal to this one, and the two
-  targets must agree on every attribute but the arch;
+- the PrimFunc the kernel module builds for the other arch must be structurally equal to this one (or its
+  ``build`` provably never looks at the arch: ``frontend_ignores_arch``), and the two targets must agree on every
+  attribute but the arch;
 - TileLang's C++ reads the arch in one file (src/cuda/target_utils.cc) and the rest of it asks the predicates that
   file exports; build_tools/archtrace.c takes them over. Two callers are compared by what they decide instead of
   by the predicate they ask: the vectorizer's width cap (MaxVectorLoadBits asks about 256-bit accesses even where
@@ -266,6 +267,25 @@ def _install_python_wrappers():
         for attr, value in list(vars(module).items()):
             if id(value) in originals:
                 setattr(module, attr, originals[id(value)])
+
+
+_FRAME_READERS = {"locals", "vars", "eval", "exec", "_getframe", "currentframe", "globals"}
+
+
+def frontend_ignores_arch(build):
+    """Whether ``build(p, arch)`` provably never looks at its arch argument: its bytecode only deletes or
+    overwrites it, no nested function captures it, and it reads no frames. Building the PrimFunc is a large part
+    of some variants' lowering (per_token_cast: the eager front end parses the kernel each time), so such a
+    module's PrimFunc is not built a second time for the other arch."""
+    import dis
+    code = getattr(build, "__code__", None)
+    if code is None or code.co_argcount < 2:
+        return False
+    name = code.co_varnames[1]
+    if name in code.co_cellvars or _FRAME_READERS & set(code.co_names):
+        return False
+    return all(ins.opname in ("DELETE_FAST", "STORE_FAST") for ins in dis.get_instructions(code)
+               if ins.argval == name and ins.opname.endswith("_FAST"))
 
 
 def _same_but_arch(a, b):

@@ -51,8 +51,8 @@ def lower_variant(variant, arch, share_with=None):
     cfg = normalize_pass_configs(dict(mod.PASS_CONFIGS))
     trace = contextlib.nullcontext()
     if share_with is not None:
-        trace = archshare.trace(prim, mod.build(variant.as_dict(), share_with), target,
-                                Target({"kind": "cuda", "arch": share_with}))
+        other_prim = prim if archshare.frontend_ignores_arch(mod.build) else mod.build(variant.as_dict(), share_with)
+        trace = archshare.trace(prim, other_prim, target, Target({"kind": "cuda", "arch": share_with}))
     with trace as shared_trace, tvm.transform.PassContext(opt_level=3, config=cfg), target:
         art = lower_with_context(prim, ctx, enable_host_codegen=False, enable_device_compile=False)
     lower_variant.last_trace = shared_trace
