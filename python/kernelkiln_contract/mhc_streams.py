@@ -108,9 +108,9 @@ The post mix: the m new residual streams from the layer output and the old strea
 x_h + Σ_i comb[t, i, o] · r_i)`` with ``c_o = post_layer_mix[t, o]``, ``x_h = float(x[t, h])``, ``r_i =
 float(residual[t, i, h])``, evaluated as ``acc = comb[t, 0, o] · r_0`` (a rounded product), ``acc = fma(c_o, x_h,
 acc)``, then ``acc = fma(comb[t, i, o], r_i, acc)`` for i = 1 .. m-1, one rounding to bf16 (nearest-even): nvcc's
-contraction of the peer's ``c·x + Σ comb·r``, read off its outputs (scripts/diag_mhc_post.py on the H200). x ``[B, S, H]`` bf16, residual ``[B, S, m, H]``
-bf16, post_layer_mix ``[B, S, m, 1]`` fp32, comb_res_mix ``[B, S, m, m]`` fp32 (row i = source stream); out
-``[B, S, m, H]`` bf16 (new unless given). This is the peer's order exactly (bitwise).
+contraction of the peer's ``c·x + Σ comb·r``, read off its outputs (scripts/diag_mhc_post.py on the H200). x
+``[B, S, H]`` bf16, residual ``[B, S, m, H]`` bf16, post_layer_mix ``[B, S, m, 1]`` fp32, comb_res_mix ``[B, S,
+m, m]`` fp32 (row i = source stream); out ``[B, S, m, H]`` bf16 (new unless given). This is the peer's order exactly (bitwise).
 ``mhc_multilayer_recompute`` uses the same formula.
 
 {_ELEMENTWISE}""",
