@@ -68,8 +68,9 @@ def _apply_bwd(device, n, H):
     x, mix = _streams(n, H, device), _softmax(n, M, device=device)
     o_grad = _bf16(n, H, device=device)
     x_grad = _bf16(n, M, H, device=device)  # accumulated into (bf16 read-modify-write)
-    # mix_grad (a sum over H) is reduced in our own order, the peer's lane order following its block width: equal to
-    # rounding (its tests: atol 1e-2, rtol 1e-3); x_grad, one fma per element, is the same bits
+    # mix_grad (a sum over H) is reduced in the peer's order (per-thread fma chains over its 1024-column blocks, one
+    # 128-thread butterfly), so bitwise for H a multiple of 1024 (2026-12-03-1cd1abc270); x_grad, one fma per
+    # element, is the same bits
     return into(lambda m, xg: (m.mhc.mhc_pre_apply_mix_bwd(o_grad, x, mix, xg), xg), x_grad)
 
 
@@ -86,8 +87,9 @@ def _post_fwd(device, n, H):
 def _post_bwd(device, n, H):
     x, residual, post, comb = _post_inputs(n, H, device)
     d_o = _bf16(1, n, M, H, device=device)
-    # d_post and d_comb (sums over H) are reduced in our own order: equal to rounding (the peer's tests: atol = rtol =
-    # 1e-4); d_x and d_residual, short fma chains over the streams, are the same bits
+    # d_post and d_comb (sums over H) are reduced in the peer's order (64 threads, 512-column blocks, one butterfly):
+    # bitwise for H a multiple of 512 (2026-12-03-1cd1abc270); d_x and d_residual, short fma chains over the
+    # streams, are the same bits
     return Calls(run=lambda m: m.mhc.mhc_post_bwd(x, residual, post, comb, d_o))
 
 
@@ -146,14 +148,14 @@ def _split_bwd(device, n):
 
 def _sinkhorn_fwd(device, n):
     x = torch.randn(n, M, M, device=device)
-    # our row and column sums are serial, the peer's go through its layout-dependent tile reductions (two-wide on
-    # SM100): equal to rounding (the peer's tests: torch's fp32 defaults, atol 1e-5, rtol 1.3e-6)
+    # the row and column sums are the butterflies the peer's tile reductions lower to (one element per thread, so
+    # not two-wide on SM100): bitwise (2026-12-03-1cd1abc270)
     return into(lambda m, o: (m.mhc.mhc_sinkhorn_fwd(x, o, REPEAT, EPS), o)[1], _nan(n, M, M, device=device))
 
 
 def _sinkhorn_bwd(device, n):
     x, go = torch.randn(n, M, M, device=device), torch.randn(n, M, M, device=device)
-    # the recomputed forward's sums and the backward's dot products: equal to rounding, as the forward
+    # the recomputed forward's sums and the backward's dot products: the same butterflies, bitwise
     return into(lambda m, gi: (m.mhc.mhc_sinkhorn_bwd(go, x, gi, REPEAT, EPS), gi)[1], _nan(n, M, M, device=device))
 
 
@@ -193,8 +195,8 @@ def _reduce_fwd(device, n, H):
 def _reduce_bwd(device, n, H):
     og, om = torch.randn(n, M3, device=device), torch.randn(n, 1, M3, device=device)
     sq = torch.rand(n, 1, device=device) * (2 * M * H)
-    # sqrsum_grad holds sum_j out_grad * out_mul, serial here and a 32-lane butterfly in the peer: equal to rounding
-    # (the peer's tests: relative squared error < 1e-8); out_mul_grad is elementwise, the same bits
+    # sqrsum_grad holds sum_j out_grad * out_mul, a 32-lane butterfly in both (bitwise for m3 <= 32,
+    # 2026-12-03-1cd1abc270); out_mul_grad is elementwise, the same bits
     return into(lambda m, omg, sqg: (m.mhc.mhc_reduce_partials_and_rmsnorm_bwd(og, om, sq, omg, sqg, M * H, EPS), omg,
                                       sqg)[1:],
                  _nan(n, 1, M3, device=device), _nan(n, 1, device=device))
@@ -204,8 +206,8 @@ def _big_fuse(device, n, H):
     gm, gs = _norm_partials(n, H, device)
     scale, base = _split_params(device)
     residual = _streams(n, H, device)
-    # comb_mix goes through the Sinkhorn: equal to rounding, as mhc_sinkhorn_fwd; post_mix and layer_input (serial
-    # split sums, then elementwise steps) are the same bits
+    # comb_mix goes through the Sinkhorn's butterflies, as mhc_sinkhorn_fwd; post_mix and layer_input (serial split
+    # sums, then elementwise steps): all three the same bits (2026-12-03-1cd1abc270)
     return into(lambda m, post, comb, li: (m.mhc.mhc_pre_big_fuse_fwd(gm, gs, scale, base, residual, post, comb, li, EPS,
                                                                       EPS, EPS, POST_MULT, REPEAT, SPLITS),
                                             post, comb, li)[1:],

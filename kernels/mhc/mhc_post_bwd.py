@@ -3,16 +3,18 @@
 Thread level, because the comb and post gradients' bits are the order of their reductions over H: one CTA per
 token; thread t walks the column groups k·THREADS + t, loads d_o's m vectors, the residual's m and x's, writes
 d_residual and d_x (fma chains over the output streams from +0) and accumulates the m·m + m partials
-``fma(r_i, g_o, .)`` and ``fma(x, g_o, .)`` column by column. The partials are reduced with the warp xor butterfly
-(16 .. 1) and the warp totals added in warp order by one thread per output.
+``fma(r_i, g_o, .)`` and ``fma(x, g_o, .)`` column by column. The partials are reduced over all THREADS (64) threads
+by the xor butterfly of TileLang's ``tl::AllReduce`` (offset 32 through shared memory, then 16 .. 1 by shuffles):
+the peer's kernel (64 threads, blocks of gcd(512, H) columns) lowers its reducers to exactly this, with the same
+per-thread layout when H is a multiple of THREADS·VEC = 512.
 """
 from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401
-from kernelkiln_contract.mhc_streams import STREAM_THREADS as THREADS
+from kernelkiln_contract.mhc_streams import POST_BWD_THREADS as THREADS
 from kernelkiln_contract.mhc_streams import STREAM_VEC as VEC
 
 # Declared in kernelkiln_contract.mhc_streams (MHC_POST_BWD): mhc_mult, and the launch-argument names below, which
 # the build checks against this PrimFunc.
-WARPS = THREADS // 32
+SMEM_STEPS = (THREADS // 32).bit_length() - 1  # butterfly offsets >= 32: 32
 
 
 def build(p, arch):
@@ -53,8 +55,7 @@ def build(p, arch):
             pw = T.alloc_local((m,), "float32")
             acc = T.alloc_local((nred,), "float32")
             d = T.alloc_local((1,), "float32")
-            red = T.alloc_shared((WARPS * nred,), "float32")
-            total = T.alloc_local((1,), "float32")
+            red = T.alloc_shared((nred * THREADS,), "float32")
             t = T.Cast("int64", bx)
             T.pdl_sync()
             for s in T.unroll(m * m):
@@ -96,21 +97,22 @@ def build(p, arch):
                         for o in T.unroll(m):
                             acc[m * m + o] = fma(T.Cast("float32", xv[j]), T.Cast("float32", gv[o * VEC + j]),
                                                  acc[m * m + o])
+            for st in T.unroll(SMEM_STEPS):  # offsets THREADS/2 .. 32 through shared memory
+                if st > 0:
+                    T.sync_threads()
+                for s in T.unroll(nred):
+                    red[s * THREADS + tx] = acc[s]
+                T.sync_threads()
+                for s in T.unroll(nred):
+                    acc[s] = fadd(acc[s], red[s * THREADS + (tx ^ T.shift_right(THREADS // 2, st))])
             for s in T.unroll(nred):
                 for o in T.unroll(5):  # offsets 16 .. 1 within the warp
                     acc[s] = fadd(acc[s], T.shfl_xor(acc[s], T.shift_right(16, o)))
-            if tx % 32 == 0:
-                for s in T.unroll(nred):
-                    red[(tx // 32) * nred + s] = acc[s]
-            T.sync_threads()
-            if tx < nred:
-                total[0] = red[tx]
-                for wi in T.unroll(1, WARPS):
-                    total[0] = fadd(total[0], red[wi * nred + tx])
-                if tx < m * m:
-                    d_comb_res_mix[t * (m * m) + tx] = total[0]
-                else:
-                    d_post_layer_mix[t * m + (tx - m * m)] = total[0]
+            if tx == 0:  # every thread holds the totals
+                for s in T.unroll(m * m):
+                    d_comb_res_mix[t * (m * m) + s] = acc[s]
+                for s in T.unroll(m):
+                    d_post_layer_mix[t * m + s] = acc[m * m + s]
             T.pdl_trigger()
 
     return mhc_post_bwd

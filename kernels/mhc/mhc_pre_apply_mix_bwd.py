@@ -4,7 +4,9 @@ doc, kernelkiln_contract.mhc_streams).
 Thread level, because the mix gradient's bits are the order of its reduction over H: one CTA per token; thread t
 walks the column groups k·THREADS + t, and per group loads o_grad's vector and, per stream, x's and x_grad's,
 accumulates ``fma(og, x, acc_s)`` column by column and writes ``bf16(fma(mix_s, og, x_grad))`` back. The m partials
-are then reduced with the warp xor butterfly (16 .. 1) and the warp totals added in warp order by threads 0 .. m-1.
+are then reduced over all THREADS threads by the xor butterfly of TileLang's ``tl::AllReduce`` (offsets 64 and 32
+through shared memory, then 16 .. 1 by shuffles): the peer's kernel lowers its reducer to exactly this, with the
+same per-thread layout when H is a multiple of THREADS·VEC = 1024 (its block is gcd(1024, H) columns).
 """
 from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401
 from kernelkiln_contract.mhc_streams import STREAM_THREADS as THREADS
@@ -12,7 +14,7 @@ from kernelkiln_contract.mhc_streams import STREAM_VEC as VEC
 
 # Declared in kernelkiln_contract.mhc_streams (MHC_PRE_APPLY_MIX_BWD): mhc_mult, and the launch-argument names
 # below, which the build checks against this PrimFunc.
-WARPS = THREADS // 32
+SMEM_STEPS = (THREADS // 32).bit_length() - 1  # butterfly offsets >= 32: 64, 32
 
 
 def build(p, arch):
@@ -45,8 +47,7 @@ def build(p, arch):
             gv = T.alloc_local((m * VEC,), "bfloat16")
             w = T.alloc_local((m,), "float32")
             acc = T.alloc_local((m,), "float32")
-            red = T.alloc_shared((WARPS * m,), "float32")
-            total = T.alloc_local((1,), "float32")
+            red = T.alloc_shared((m * THREADS,), "float32")
             t = T.Cast("int64", bx)
             T.pdl_sync()
             for s in T.unroll(m):
@@ -69,18 +70,20 @@ def build(p, arch):
                                                                      T.Cast("float32", gv[s * VEC + j])))
                         for j in T.vectorized(VEC):
                             x_grad[((t * m + s) * hidden_vecs + c) * VEC + j] = gv[s * VEC + j]
+            for st in T.unroll(SMEM_STEPS):  # offsets THREADS/2 .. 32 through shared memory
+                if st > 0:
+                    T.sync_threads()
+                for s in T.unroll(m):
+                    red[s * THREADS + tx] = acc[s]
+                T.sync_threads()
+                for s in T.unroll(m):
+                    acc[s] = fadd(acc[s], red[s * THREADS + (tx ^ T.shift_right(THREADS // 2, st))])
             for s in T.unroll(m):
                 for o in T.unroll(5):  # offsets 16 .. 1 within the warp
                     acc[s] = fadd(acc[s], T.shfl_xor(acc[s], T.shift_right(16, o)))
-            if tx % 32 == 0:
+            if tx == 0:  # every thread holds the totals
                 for s in T.unroll(m):
-                    red[(tx // 32) * m + s] = acc[s]
-            T.sync_threads()
-            if tx < m:
-                total[0] = red[tx]
-                for wi in T.unroll(1, WARPS):
-                    total[0] = fadd(total[0], red[wi * m + tx])
-                mix_grad[t * m + tx] = total[0]
+                    mix_grad[t * m + s] = acc[s]
             T.pdl_trigger()
 
     return mhc_pre_apply_mix_bwd

@@ -1,8 +1,8 @@
 """mhc_sinkhorn_bwd: the gradient of mhc_sinkhorn_fwd with respect to its logits (spec:
 kernelkiln_contract.mhc_sinkhorn).
 
-Same lane layout as the forward (one element per lane, a token's m² lanes one shuffle group, sums gathered with
-``__shfl_sync`` and added serially from index 0). The backward needs the input of every normalization: the states
+Same lane layout as the forward (one element per lane, a token's m² lanes one shuffle group, sums as the
+forward's xor butterflies, the peer's order). The backward needs the input of every normalization: the states
 S_0 = softmax, S_1 = S_0 + eps, then alternately the inputs of the column and row divisions, 2·repeat states in
 all. ``repeat`` is a runtime value, so the states go to a shared-memory ring of SLOTS states per lane (each lane
 reads back only what it wrote: no barrier); when 2·repeat exceeds it the states are handled in segments of SLOTS

@@ -1,10 +1,11 @@
 """mhc_sinkhorn_fwd: Sinkhorn normalization of m×m fp32 matrices (spec: kernelkiln_contract.mhc_sinkhorn).
 
 Thread level, because the row and column sums must come out in one stated order for the fused pre-block to be
-bit-identical to this op: a lane owns one element (j, k) of a token's matrix, the m² lanes of a token form one
-shuffle group of width m² inside a warp, and every sum is gathered from the group with ``__shfl_sync`` and added
-serially from index 0 (every lane of a row or column computes the same sum, so no broadcast is needed). Division
-and addition are ``__fdiv_rn`` / ``__fadd_rn``, so nvcc cannot contract or reorder them. ``repeat`` is a runtime
+bit-identical to this op: a lane owns one element (j, k) of a token's matrix (lane e = j·m + k), the m² lanes of a
+token form one group inside a warp, and every sum is the xor butterfly of TileLang's ``tl::AllReduce`` as the
+peer's kernel lowers it: each lane starts from ``0 + v``, then adds ``__shfl_xor`` partners at offsets m/2 .. 1
+(a row) or m²/2 .. m (a column), largest first; every lane ends with the same sum. Division and addition are
+``__fdiv_rn`` / ``__fadd_rn``, so nvcc cannot contract or reorder them. ``repeat`` is a runtime
 loop count and eps a runtime scalar. mhc_pre_big_fuse_fwd and mhc_sinkhorn_bwd build their Sinkhorn steps from
 the expression builders below, which is what keeps the three kernels' bits equal.
 """
@@ -19,6 +20,7 @@ class LaneGroup:
     width m² (lane e = j·m + k of the group)."""
 
     def __init__(self, T, m, e):
+        assert m & (m - 1) == 0, "the butterfly sums need a power-of-two m"
         self.T, self.m, self.width = T, m, m * m
         self.j, self.k = e // m, e % m
 
@@ -26,19 +28,23 @@ class LaneGroup:
         T = self.T
         return [T.shfl_sync(v, lane_of(c), self.width) for c in range(self.m)]
 
-    def _sum(self, vals):
-        s = vals[0]
-        for x in vals[1:]:
-            s = self.T.ieee_add(s, x)
+    def _butterfly(self, v, top, bottom):
+        """``0 + v``, then ``s + shfl_xor(s, d)`` for d = top, top/2, .., bottom (tl::AllReduce's order)."""
+        T = self.T
+        s = T.ieee_add(T.float32(0), v)
+        d = top
+        while d >= bottom:
+            s = T.ieee_add(s, T.shfl_xor(s, d))
+            d //= 2
         return s
 
     def row_sum(self, v):
-        """Σ_c v[j, c], c = 0 .. m-1 in order."""
-        return self._sum(self._gather(v, lambda c: self.j * self.m + c))
+        """Σ_c v[j, c]: butterfly over the k bits of the lane (offsets m/2 .. 1)."""
+        return self._butterfly(v, self.m // 2, 1)
 
     def col_sum(self, v):
-        """Σ_c v[c, k], c = 0 .. m-1 in order."""
-        return self._sum(self._gather(v, lambda c: c * self.m + self.k))
+        """Σ_c v[c, k]: butterfly over the j bits of the lane (offsets m²/2 .. m)."""
+        return self._butterfly(v, self.width // 2, self.m)
 
     def row_max(self, v):
         vals = self._gather(v, lambda c: self.j * self.m + c)

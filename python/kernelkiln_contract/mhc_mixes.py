@@ -197,12 +197,15 @@ Backward of ``mhc_reduce_partials_and_rmsnorm_fwd`` with respect to the summed `
 rsqrtf(__fadd_rn(__fdiv_rn(sq, float(gs)), eps))`` recomputed as in the forward:
 
     out_mul_grad[t, g, j] = __fmul_rn(out_grad[t, j], r)
-    d                     = Σ_j out_grad[t, j] · out_mul[t, g, j]     (acc = __fmaf_rn(og_j, om_j, acc), j in order, from +0)
+    d                     = Σ_j out_grad[t, j] · out_mul[t, g, j]     (the 32-lane order below)
     sqrsum_grad[t, g]     = __fdiv_rn(__fdiv_rn(__fmul_rn(d, r), __fadd_rn(sq, c)), -2)
 
 where c = fp32(eps · gs) with the product taken in float64 (the peer's compile-time constant is computed that
-way), so everything but d is the peer's bits; the peer sums d over 32 lanes with a butterfly, so sqrsum_grad agrees
-with its to rounding. Outputs are the caller's, overwritten. One thread per (t, g). Runtime: n, G, m3 (a multiple
+way). d: lane l of 32 accumulates ``acc = __fmaf_rn(og_j, om_j, acc)`` from +0 over j = l, l + 32, .., then the
+lanes are added by the xor butterfly ``acc + shfl_xor(acc, o)``, o = 16, 8, 4, 2, 1: the order of the peer's
+lowered kernel (one column per lane of its 32-thread CTA, contracted to an fma from +0, then its
+``tl::AllReduce<Sum, 32>``), so for m3 <= 32 (m <= 4) every output is the peer's bits; for larger m3 the peer's
+layout was not read. Outputs are the caller's, overwritten. One warp per (t, g). Runtime: n, G, m3 (a multiple
 of 4), the group size and eps; no launch for n = 0.""",
 )
 

@@ -26,7 +26,9 @@ Per token, with all arithmetic fp32 and IEEE (``__fdiv_rn``, ``__fadd_rn``; noth
     X = X / (Σ_j X[j, k] + eps)                 (column sum)
     repeat - 1 times:  X = X / (Σ_k X[j, k] + eps);  X = X / (Σ_j X[j, k] + eps)
 
-Every sum is serial from index 0: ``((v_0 + v_1) + v_2) + ... + v_{m-1}``, from the first element (no +0 start).
+Every sum is the xor butterfly of TileLang's ``tl::AllReduce``, as the peer's kernel lowers its ``T.reduce_sum``
+(one element per thread): each term starts as ``0 + v``, then the first half of the terms is added to the second
+half until one is left: ``((0 + v_0) + (0 + v_2)) + ((0 + v_1) + (0 + v_3))`` for m = 4 (m a power of two).
 """
 
 MHC_SINKHORN_FWD = OpContract(
@@ -42,14 +44,15 @@ itself), returns None.
 
 {_SINKHORN_STEPS}
 This is the peer's formula (its torch reference ``x.softmax(-1) + eps`` then alternating column/row divisions) in
-a stated order; the peer's kernel sums through TileLang's layout-dependent reductions (and two-wide on SM100), so
-the two agree to rounding, not bit for bit. On the GPU ``mhc_sinkhorn_fwd_ref`` of kernelkiln.torch, evaluated on
-CUDA tensors, is bit-identical (torch's CUDA exp is expf). Special values propagate as the formulas do: a NaN or
+the order of the peer's kernel (read from its lowered source at token_block_size 8, m 4: one element per thread,
+so SM100's two-wide packed reduction does not apply and sm_100a's bits equal sm_90a's). On the GPU
+``mhc_sinkhorn_fwd_ref`` of kernelkiln.torch, evaluated on CUDA tensors, is bit-identical (torch's CUDA exp is
+expf). Special values propagate as the formulas do: a NaN or
 +inf anywhere in a token's matrix makes the whole matrix NaN (the column sums carry it to every column), a row of
 -inf gives a NaN row, and so the whole matrix.
 
 Layout: one element per lane, a token's m² lanes form a shuffle group (128 / m² tokens per 128-thread CTA); the
-sums are gathered with ``__shfl_sync`` and every lane of a row or column adds them in the same order. Compile
+sums are ``__shfl_xor_sync`` butterflies inside the group (every lane ends with its row's or column's sum). Compile
 time: m (the group width and the unrolled sums; 4, DeepSeek-V4's). Runtime: n, repeat (>= 1: the loop count) and
 eps. No launch for n = 0. mhc_pre_big_fuse_fwd runs these exact steps, which keeps it bit-identical to the
 unfused chain.""",
@@ -69,7 +72,7 @@ itself); returns None.
 The forward is recomputed from x in exactly mhc_sinkhorn_fwd's order, keeping its 2·repeat states: S_0 = the
 softmax ``e / Σ_k e``, S_1 = S_0 + eps, then the input of each column and row division in turn (S_h for odd h
 enters a column division, for even h >= 2 a row division). Backward from g = grad_output, for h = 2·repeat-1
-down to 1, with u = S_h and s its sum along the step's axis (serial from index 0, recomputed from u):
+down to 1, with u = S_h and s its sum along the step's axis (the butterfly order above, recomputed from u):
 
     t = Σ (g·u) / (s + eps)        (products rounded, then summed in the same order)
     g = (g - t) / (s + eps)
@@ -112,8 +115,8 @@ and ``residual [n, m, H]`` bf16 in; the preallocated ``post_mix [n, m]``, ``comb
 Bit-identical (``torch.equal``) to the unfused chain of this package's ops: mhc_reduce_partials_and_rmsnorm_fwd
 with one group of m·H, mhc_pre_split_mixes_fwd, mhc_sinkhorn_fwd and mhc_pre_apply_mix_fwd (each computes the same
 scalar expression in the same order; a signed zero in the normalized mixes, where the chain's ``fma(a, r, +0)``
-and this ``a·r`` can differ, never reaches an output). The peer's fused kernel uses layout-dependent reductions
-for the Sinkhorn sums, so against the peer it agrees to rounding.
+and this ``a·r`` can differ, never reaches an output). The peer's fused kernel lowers its Sinkhorn sums to the
+same butterflies (one element per lane of warp 0), so the comb mix follows the peer's order too.
 
 Layout: one CTA per token; warp 0 computes the mixes and the Sinkhorn steps, {BIG_FUSE_APPLY_WARPS} more warps
 apply the pre mix in {BIG_FUSE_VEC}-element vectors. Compile time: m (m3 and m² <= 32 lanes of warp 0; 4, DeepSeek-V4's).

@@ -8,7 +8,8 @@ from kernelkiln_contract._core import OpContract, Param
 
 MHC_MULTS = (2, 4, 8)  # streams: register arrays and unrolled loops are sized by it
 STREAM_VEC = 8  # bf16 elements per thread and access (16 bytes): H must be a multiple of it
-STREAM_THREADS = 128  # threads per CTA of every stream kernel (the reductions' order depends on it)
+STREAM_THREADS = 128  # threads per CTA of the stream kernels (the reductions' order depends on it)
+POST_BWD_THREADS = 64  # mhc_post_bwd's CTA: the peer's, so that its reduction over H has the peer's order
 
 _M = Param("mhc_mult", MHC_MULTS)
 _REP = {"mhc_mult": 4}
@@ -19,14 +20,20 @@ accesses), so H (a runtime argument) must be a multiple of {STREAM_VEC}; n·H/{S
 count and H are runtime arguments; m (the stream count) is compile-time because it sizes the per-thread register
 arrays and the unrolled stream loops. No launch for n = 0."""
 
-_PER_TOKEN = f"""\
-One CTA of {STREAM_THREADS} threads per token. Thread t owns the column groups g = k·{STREAM_THREADS} + t
-(k = 0, 1, ...) of {STREAM_VEC} columns each and accumulates its partial sums serially with one fma per term, in
-(k, column) order, starting from +0. The partials are then combined with the xor butterfly inside each warp (offsets
-16, 8, 4, 2, 1; ``a + shfl_xor(a, o)``) and the four warp totals are added in warp order ((w0 + w1) + w2) + w3. That
-order is a function of H only (not of the GPU or the SM count), so the CPU reference reproduces it bit for bit; it
-differs from the peer's (its reducer's thread layout depends on its compile-time block width), which its own tests
-check with a tolerance. H is a runtime argument (a multiple of {STREAM_VEC}); m is compile-time."""
+def _per_token(threads, peer_block):
+    return f"""\
+One CTA of {threads} threads per token. Thread t owns the column groups g = k·{threads} + t (k = 0, 1, ...) of
+{STREAM_VEC} columns each and accumulates its partial sums serially with one fma per term, in (k, column) order,
+starting from +0. The partials are then combined over all {threads} threads by the xor butterfly of TileLang's
+``tl::AllReduce`` (``a + partner``, offsets {threads // 2}, .., 2, 1, largest first: offsets >= 32 through shared
+memory, the rest by ``shfl_xor``), so the total is the tree that adds the upper half of the partials to the lower
+half until one is left. That order is a function of H only (not of the GPU or the SM count), so the CPU reference
+reproduces it bit for bit. It is the peer's order: its kernel ({threads} threads, blocks of {peer_block} columns,
+{STREAM_VEC} per thread) lowers its reducer to the same per-thread fma chain and the same butterfly, so for H a
+multiple of {threads * STREAM_VEC} the results are bit-identical to the peer's (for other H its block, hence its
+layout, changes, and the two agree to rounding). H is a runtime argument (a multiple of {STREAM_VEC}); m is
+compile-time."""
+
 
 EXPAND_TO_MHC_FWD = OpContract(
     op="expand_to_mhc_fwd",
@@ -87,7 +94,7 @@ The backward of the pre mix. The streams' gradient is ACCUMULATED in place (bf16
 gradient is a new ``[n, m]`` fp32 tensor: ``mix_grad[t, s] = Σ_h o_grad[t, h] · x[t, s, h]`` (fp32, fma per
 term) in the fixed order below. o_grad ``[n, H]`` bf16, x and x_grad ``[n, m, H]`` bf16, mix ``[n, m]`` fp32.
 
-{_PER_TOKEN}""",
+{_per_token(STREAM_THREADS, "gcd(1024, H)")}""",
 )
 
 MHC_POST_FWD = OpContract(
@@ -101,9 +108,9 @@ The post mix: the m new residual streams from the layer output and the old strea
 x_h + Σ_i comb[t, i, o] · r_i)`` with ``c_o = post_layer_mix[t, o]``, ``x_h = float(x[t, h])``, ``r_i =
 float(residual[t, i, h])``, evaluated as ``acc = comb[t, 0, o] · r_0`` (a rounded product), ``acc = fma(c_o, x_h,
 acc)``, then ``acc = fma(comb[t, i, o], r_i, acc)`` for i = 1 .. m-1, one rounding to bf16 (nearest-even): nvcc's
-contraction of the peer's ``c·x + Σ comb·r``, read off its outputs (scripts/diag_mhc_post.py on the H200). x ``[B, S, H]`` bf16, residual ``[B, S, m, H]``
-bf16, post_layer_mix ``[B, S, m, 1]`` fp32, comb_res_mix ``[B, S, m, m]`` fp32 (row i = source stream); out
-``[B, S, m, H]`` bf16 (new unless given). This is the peer's order exactly (bitwise).
+contraction of the peer's ``c·x + Σ comb·r``, read off its outputs (scripts/diag_mhc_post.py on the H200). x
+``[B, S, H]`` bf16, residual ``[B, S, m, H]`` bf16, post_layer_mix ``[B, S, m, 1]`` fp32, comb_res_mix ``[B, S,
+m, m]`` fp32 (row i = source stream); out ``[B, S, m, H]`` bf16 (new unless given). This is the peer's order exactly (bitwise).
 ``mhc_multilayer_recompute`` uses the same formula.
 
 {_ELEMENTWISE}""",
@@ -124,7 +131,7 @@ g_o`` and ``d_post_layer_mix[t, o] = Σ_h x_h · g_o`` (fma per term) in the fix
 new and shaped like x, residual, post_layer_mix and comb_res_mix. The peer hard-codes m = 4; here m is a
 compile-time parameter.
 
-{_PER_TOKEN}""",
+{_per_token(POST_BWD_THREADS, "gcd(512, H)")}""",
 )
 
 MHC_MULTILAYER_RECOMPUTE = OpContract(

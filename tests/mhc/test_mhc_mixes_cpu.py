@@ -349,21 +349,44 @@ def test_reduce_rmsnorm_bwd_ref_is_the_gradient(n, groups, m3, seed):
     torch.testing.assert_close(sqg.double(), sq.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_reduce_rmsnorm_bwd_ref_order():
-    """d by fma in column order from +0; eps·gs rounded once from float64; two IEEE divisions."""
+def _lane_butterfly_dot(go, om):
+    """The peer's lowered order as its 32 lanes run it: lane l holds fma(og_j, om_j, acc) over j = l, l + 32, ..
+    from +0, then adds lane l ^ o for o = 16 .. 1."""
+    lanes = [torch.zeros(om.shape[:-1]) for _ in range(32)]
+    for j in range(om.shape[-1]):
+        lanes[j % 32] = fma_f32(go[:, j:j + 1], om[..., j], lanes[j % 32])
+    for o in (16, 8, 4, 2, 1):
+        lanes = [lanes[la] + lanes[la ^ o] for la in range(32)]
+    return lanes[0]
+
+
+@pytest.mark.parametrize("m3", [8, 24, 48])
+def test_reduce_rmsnorm_bwd_ref_order(m3):
+    """d by fma per lane from +0 and the 32-lane butterfly; eps·gs rounded once from float64; two IEEE
+    divisions."""
     g = torch.Generator().manual_seed(3)
-    n, groups, m3, gs, eps = 5, 2, 24, 7, 1e-3
+    n, groups, gs, eps = 5, 2, 7, 1e-3
     go, om = torch.randn(n, m3, generator=g), torch.randn(n, groups, m3, generator=g)
+    om[..., ::5] *= 1e4
     sq = torch.rand(n, groups, generator=g) * 10
     omg, sqg = mhc_reduce_partials_and_rmsnorm_bwd_ref(go, om, sq, gs, eps)
     r = torch.rsqrt(((sq.double() / gs).float().double() + float(torch.tensor(eps).float())).float())
     _bits_equal(omg, go.unsqueeze(1) * r.unsqueeze(-1))
-    d = torch.zeros(n, groups)
-    for j in range(m3):
-        d = fma_f32(go[:, j:j + 1], om[..., j], d)
+    d = _lane_butterfly_dot(go, om)
     c = float(torch.tensor(eps * gs, dtype=torch.float64).float())
     step = ((d.double() * r.double()).float().double() / (sq.double() + c).float().double()).float()
     _bits_equal(sqg, (step.double() / -2).float())
+
+
+def test_reduce_rmsnorm_bwd_ref_order_is_not_serial():
+    """Columns 0 and 16 meet first in the butterfly and cancel, so column 8's 1 survives; a serial fma chain in
+    column order ((1e8 + 1) - 1e8) gives 0."""
+    go = torch.ones(1, 24)
+    om = torch.zeros(1, 1, 24)
+    om[0, 0, 0], om[0, 0, 8], om[0, 0, 16] = 1e8, 1.0, -1e8
+    sq = torch.full((1, 1), 4.0)
+    _, sqg = mhc_reduce_partials_and_rmsnorm_bwd_ref(go, om, sq, 4, 0.0)
+    assert sqg.item() == -0.125  # d = 1, r = 1: (1 / 4) / -2
 
 
 # ---------------------------------------------------------------------------------------- argument errors

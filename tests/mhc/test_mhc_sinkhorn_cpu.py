@@ -68,15 +68,43 @@ def test_ordered_forward_is_doubly_stochastic():
     torch.testing.assert_close(y.sum(-1), torch.ones(64, 4), rtol=0, atol=2e-3)
 
 
-def test_ordered_forward_order_is_serial():
-    """The sums are ((v0 + v1) + v2) + v3: a row whose pairwise sum rounds differently tells the orders apart."""
+def test_ordered_forward_order_is_the_butterfly():
+    """The sums are (v0 + v2) + (v1 + v3) (the peer's lowered tl::AllReduce): a row whose serial, pairwise and
+    reversed sums round differently tells the orders apart."""
     x = torch.zeros(1, 4, 4)
     e = refs._softmax(x)
     assert torch.equal(e, torch.full((1, 4, 4), 0.25))
     v = torch.tensor([[1.0, 2.0**-24, 2.0**-24, 2.0**-24]])
-    assert refs._sum(v, -1).item() == 1.0  # serial: each 1 + 2^-24 ties back to 1
-    assert ((v[0, 0] + v[0, 1]) + (v[0, 2] + v[0, 3])).item() != 1.0  # pairwise
-    assert (((v[0, 3] + v[0, 2]) + v[0, 1]) + v[0, 0]).item() != 1.0  # reversed
+    assert refs._sum(v, -1).item() == 1.0 + 2.0**-23  # (1 + 2^-24) ties to 1, plus 2^-23
+    assert (((v[0, 0] + v[0, 1]) + v[0, 2]) + v[0, 3]).item() == 1.0  # serial: each 1 + 2^-24 ties back to 1
+    w = torch.tensor([[1.0, 2.0**-24, 3 * 2.0**-24, -1.0]])  # butterfly, adjacent pairs, serial: three results
+    assert refs._sum(w, -1).item() == 5 * 2.0**-24
+    assert ((w[0, 0] + w[0, 1]) + (w[0, 2] + w[0, 3])).item() == 3 * 2.0**-24
+    assert (((w[0, 0] + w[0, 1]) + w[0, 2]) + w[0, 3]).item() == 4 * 2.0**-24
+    assert torch.equal(refs._sum(v.view(1, 4, 1), -2), refs._sum(v, -1).view(1, 1, 1))  # the columns alike
+
+
+def _lane_butterfly(vals, offsets):
+    """The kernel's sum as its lanes run it: lane e holds 0 + v[e], then adds lane e ^ d for each offset d."""
+    lanes = [torch.tensor(0.0) + v for v in vals]
+    for d in offsets:
+        lanes = [lanes[e] + lanes[e ^ d] for e in range(len(lanes))]
+    return lanes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ordered_sums_are_the_lane_butterfly(seed):
+    """_sum equals the xor butterfly of tl::AllReduce<4, 1> (a row: offsets 2, 1) and <16, 4> (a column: offsets
+    8, 4) on a token's 16 lanes (lane j·4 + k), at every lane."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(4, 4, generator=g) * torch.logspace(0, 7, 4).view(4, 1)
+    lanes = x.reshape(16)
+    rows = _lane_butterfly(lanes, (2, 1))
+    cols = _lane_butterfly(lanes, (8, 4))
+    r, c = refs._sum(x.unsqueeze(0), -1)[0, :, 0], refs._sum(x.unsqueeze(0), -2)[0, 0, :]
+    for e in range(16):
+        assert rows[e].view(torch.int32).item() == r[e // 4].view(torch.int32).item()
+        assert cols[e].view(torch.int32).item() == c[e % 4].view(torch.int32).item()
 
 
 @settings(max_examples=30, deadline=None)

@@ -137,30 +137,34 @@ def test_apply_mix_bwd_reference_against_the_peers_autograd(peer_mhc, n, h, m, s
     assert torch.equal(xg, fma_f32(mix.unsqueeze(-1), og.float().unsqueeze(1), xg0.float()).bfloat16())
 
 
-def _stream_dot_loops(a, b):
-    """stream_dot_ref's order written as the kernel's loops, one thread at a time (scalar fma)."""
+def _stream_dot_loops(a, b, threads):
+    """stream_dot_ref's order written as the kernel's loops, one thread at a time (scalar fma), then the xor
+    butterfly as the lanes run it (thread t adds thread t ^ d's value, d = threads/2 .. 1)."""
     h = a.shape[0]
     groups = h // 8
     partial = []
-    for t in range(128):
+    for t in range(threads):
         acc = torch.tensor(0.0)
-        for c in range(t, groups, 128):
+        for c in range(t, groups, threads):
             for j in range(8):
                 acc = fma_f32(a[c * 8 + j], b[c * 8 + j], acc)
         partial.append(acc)
-    v = torch.stack(partial).view(4, 32)
-    for off in (16, 8, 4, 2, 1):
-        v = v + v[:, torch.arange(32) ^ off]
-    return ((v[0, 0] + v[1, 0]) + v[2, 0]) + v[3, 0]
+    d = threads // 2
+    while d >= 1:
+        partial = [partial[t] + partial[t ^ d] for t in range(threads)]
+        d //= 2
+    assert all(p.view(torch.int32).item() == partial[0].view(torch.int32).item() for p in partial)
+    return partial[0]
 
 
+@pytest.mark.parametrize("threads", [128, 64])
 @pytest.mark.parametrize("h", [8, 1032, 2048 + 24])
-def test_stream_dot_order_written_as_loops(h):
+def test_stream_dot_order_written_as_loops(h, threads):
     g = torch.Generator().manual_seed(h)
     a, b = torch.randn(h, generator=g).bfloat16().float(), torch.randn(h, generator=g).bfloat16().float()
     a[::97] *= 1e4
-    got = stream_dot_ref(a, b)
-    assert got.view(torch.int32).item() == _stream_dot_loops(a, b).view(torch.int32).item()
+    got = stream_dot_ref(a, b, threads)
+    assert got.view(torch.int32).item() == _stream_dot_loops(a, b, threads).view(torch.int32).item()
 
 
 def test_stream_dot_order_is_per_thread_then_butterfly():
@@ -173,6 +177,21 @@ def test_stream_dot_order_is_per_thread_then_butterfly():
     for v in a:
         serial = serial + v
     assert serial.item() == 0.0
+
+
+def test_stream_dot_butterfly_starts_at_the_largest_offset():
+    """Threads 0 and 64 (columns 0 and 512) meet first and cancel, so thread 32's 1 survives; butterflies inside
+    each warp first and the warp totals in warp order ((1e8 + 1) + -1e8) would give 0. With 64 threads, column 512
+    is thread 0's second group and cancels there; column 256 is thread 32's."""
+    a = torch.zeros(1024)
+    a[0], a[256], a[512] = 1e8, 1.0, -1e8
+    ones = torch.ones(1024)
+    assert stream_dot_ref(a, ones).item() == 1.0
+    assert stream_dot_ref(a, ones, 64).item() == 1.0
+    warps = [a[w * 256:(w + 1) * 256].sum() for w in range(4)]  # each warp's total is exact here
+    assert (((warps[0] + warps[1]) + warps[2]) + warps[3]).item() == 0.0
+    with pytest.raises(ValueError, match="threads"):
+        stream_dot_ref(a, ones, 96)
 
 
 # ------------------------------------------------------------------------------------------------ post
@@ -241,7 +260,8 @@ def test_post_bwd_reference_against_the_peers_autograd(peer_mhc, b, h, m, seed):
     for o in range(m):
         want = fma_f32(post[..., o, :], gf[..., o, :], want)
     assert torch.equal(d_x, want.bfloat16())
-    assert torch.equal(d_comb[0, 0, 1, 0], stream_dot_ref(res[0, 0, 1].float(), gf[0, 0, 0]))
+    assert torch.equal(d_comb[0, 0, 1, 0], stream_dot_ref(res[0, 0, 1].float(), gf[0, 0, 0], 64))
+    assert torch.equal(d_post[0, 0, 1, 0], stream_dot_ref(x[0, 0].float(), gf[0, 0, 1], 64))
 
 
 # ------------------------------------------------------------------------------------------------ multilayer

@@ -228,13 +228,19 @@ def mhc_reduce_partials_and_rmsnorm_fwd_ref(out_mul_splitted, sqrsum_splitted, r
 
 
 def mhc_reduce_partials_and_rmsnorm_bwd_ref(out_grad, out_mul, sqrsum, rms_group_size, rms_eps):
-    """``(out_mul_grad [n, G, m3], sqrsum_grad [n, G])`` in the kernel's order: ``out_mul_grad = og·r``; ``d =
-    Σ_j og_j·om_j`` by fma over j in order from +0; ``sqrsum_grad = ((d·r) / (sq + c)) / -2`` with c =
-    fp32(eps·gs) taken in float64."""
+    """``(out_mul_grad [n, G, m3], sqrsum_grad [n, G])`` in the kernel's order (the peer's): ``out_mul_grad =
+    og·r``; ``d = Σ_j og_j·om_j`` with lane l of 32 taking ``fma(og_j, om_j, acc)`` from +0 over j = l, l + 32, ..,
+    then the lanes added by the xor butterfly (offsets 16 .. 1: the upper half onto the lower half until one is
+    left); ``sqrsum_grad = ((d·r) / (sq + c)) / -2`` with c = fp32(eps·gs) taken in float64."""
     r = _rms_factor(sqrsum, rms_group_size, rms_eps)
     out_mul_grad = out_grad.unsqueeze(1) * r.unsqueeze(-1)
-    d = torch.zeros_like(sqrsum)
-    for j in range(out_mul.shape[-1]):
-        d = fma_f32(out_grad[:, j:j + 1], out_mul[..., j], d)
+    m3 = out_mul.shape[-1]
+    lanes = torch.zeros(sqrsum.shape + (32,), dtype=torch.float32, device=sqrsum.device)
+    for j in range(m3):
+        lanes[..., j % 32] = fma_f32(out_grad[:, j:j + 1], out_mul[..., j], lanes[..., j % 32])
+    while lanes.shape[-1] > 1:
+        half = lanes.shape[-1] // 2
+        lanes = lanes[..., :half] + lanes[..., half:]
+    d = lanes[..., 0]
     c = _full(float(rms_eps) * rms_group_size, sqrsum)
     return out_mul_grad, ((d * r) / (sqrsum + c)) / _full(-2.0, sqrsum)

@@ -4,10 +4,11 @@
 ``sinkhorn_normalize_ref`` is the peer's torch reference in semantics (its signature and defaults, plain torch
 ops, differentiable): the tolerance oracle. ``mhc_sinkhorn_fwd_ref``, ``mhc_sinkhorn_bwd_ref`` and
 ``mhc_pre_big_fuse_fwd_ref`` compute what the kernels compute in the kernels' order (specification in
-kernelkiln_contract.mhc_sinkhorn): sums serial from index 0, every +, ·, / correctly rounded in fp32 (through
-fp64, where double rounding is innocuous: torch's CPU fp32 division is not always IEEE), fma exactly rounded. On
-CUDA tensors they are bit-identical to the kernels (torch's CUDA exp and rsqrt are expf and rsqrtf); on the CPU
-those two functions differ in the last bits, so there they agree with the kernels to rounding.
+kernelkiln_contract.mhc_sinkhorn): sums in the xor-butterfly order that the peer's kernels lower to (``_sum``),
+every +, ·, / correctly rounded in fp32 (through fp64, where double rounding is innocuous: torch's CPU fp32
+division is not always IEEE), fma exactly rounded. On CUDA tensors they are bit-identical to the kernels (torch's
+CUDA exp and rsqrt are expf and rsqrtf); on the CPU those two functions differ in the last bits, so there they
+agree with the kernels to rounding.
 """
 import torch
 
@@ -47,12 +48,17 @@ def _mul(a, b):
 
 
 def _sum(x, dim):
-    """Σ over ``dim`` (-1: a row, -2: a column), serial from index 0, kept as a size-1 dim."""
-    s = x.select(dim, 0)
-    for c in range(1, x.shape[dim]):
-        s = _add(s, x.select(dim, c))
-    return s.unsqueeze(dim)
-
+    """Σ over ``dim`` (-1: a row, -2: a column) in the kernels' butterfly order (TileLang's ``tl::AllReduce`` as
+    the peer's kernel lowers it): every term starts as ``0 + v``, then the first half is added to the second half
+    until one is left, e.g. ``(v0 + v2) + (v1 + v3)`` for m = 4; kept as a size-1 dim."""
+    n = x.shape[dim]
+    if n & (n - 1):
+        raise ValueError(f"the butterfly sum needs a power-of-two m, got {n}")
+    s = _add(x, 0.0)
+    while n > 1:
+        n //= 2
+        s = _add(s.narrow(dim, 0, n), s.narrow(dim, n, n))
+    return s
 
 def _softmax(x):
     e = torch.exp(_add(x, -torch.amax(x, dim=-1, keepdim=True)))

@@ -14,7 +14,7 @@ __all__ = ["expand_to_mhc_ref", "mhc_pre_apply_mix_ref", "mhc_post_ref", "expand
            "expand_to_mhc_bwd_ref", "mhc_pre_apply_mix_fwd_ref", "mhc_pre_apply_mix_bwd_ref", "mhc_post_fwd_ref",
            "mhc_post_bwd_ref", "mhc_multilayer_recompute_ref", "stream_dot_ref"]
 
-STREAM_THREADS, STREAM_VEC, WARP = 128, 8, 32  # the backward kernels' reduction layout (kernelkiln_contract)
+STREAM_THREADS, POST_BWD_THREADS, STREAM_VEC = 128, 64, 8  # the backward kernels' reduction layout (kernelkiln_contract)
 _NAN_BITS = {torch.bfloat16: (torch.int16, 0x7FFF), torch.float32: (torch.int32, 0x7FFFFFFF)}
 
 
@@ -95,30 +95,30 @@ def mhc_post_fwd_ref(x: torch.Tensor, residual: torch.Tensor, post_layer_mix: to
     return _bf16(acc)
 
 
-def stream_dot_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``Σ_h a[..., h] · b[..., h]`` (fp32) in the backward kernels' order: thread t of 128 owns the 8-column groups
-    k·128 + t and accumulates ``fma(a, b, acc)`` from +0 in (k, column) order; the threads' partials are combined
-    by the xor butterfly inside each warp (offsets 16 .. 1) and the four warp totals added in warp order."""
+def stream_dot_ref(a: torch.Tensor, b: torch.Tensor, threads: int = STREAM_THREADS) -> torch.Tensor:
+    """``Σ_h a[..., h] · b[..., h]`` (fp32) in the backward kernels' order (the peer's): thread t of ``threads``
+    (128 for mhc_pre_apply_mix_bwd, 64 for mhc_post_bwd) owns the 8-column groups k·threads + t and accumulates
+    ``fma(a, b, acc)`` from +0 in (k, column) order; the threads' partials are combined by the xor butterfly of
+    tl::AllReduce (offsets threads/2 .. 1, largest first), i.e. the upper half is added to the lower half until one
+    partial is left."""
+    if threads not in (32, 64, 128, 256):
+        raise ValueError(f"threads must be 32, 64, 128 or 256, got {threads}")
     a, b = torch.broadcast_tensors(a.float(), b.float())
     lead, h = a.shape[:-1], a.shape[-1]
-    span = STREAM_THREADS * STREAM_VEC
+    span = threads * STREAM_VEC
     k = -(-h // span)
     pad = k * span - h
     # the kernels' partials never hold -0 (they start at +0), so the zero padding adds nothing, not even a sign
-    a = torch.nn.functional.pad(a.reshape(-1, h), (0, pad)).view(-1, k, STREAM_THREADS, STREAM_VEC)
-    b = torch.nn.functional.pad(b.reshape(-1, h), (0, pad)).view(-1, k, STREAM_THREADS, STREAM_VEC)
-    acc = torch.zeros(a.shape[0], STREAM_THREADS, dtype=torch.float32, device=a.device)
+    a = torch.nn.functional.pad(a.reshape(-1, h), (0, pad)).view(-1, k, threads, STREAM_VEC)
+    b = torch.nn.functional.pad(b.reshape(-1, h), (0, pad)).view(-1, k, threads, STREAM_VEC)
+    acc = torch.zeros(a.shape[0], threads, dtype=torch.float32, device=a.device)
     for kk in range(k):
         for j in range(STREAM_VEC):
             acc = fma_f32(a[:, kk, :, j], b[:, kk, :, j], acc)
-    v = acc.view(-1, STREAM_THREADS // WARP, WARP)
-    lanes = torch.arange(WARP, device=v.device)
-    for off in (16, 8, 4, 2, 1):
-        v = v + v[..., lanes ^ off]
-    total = v[:, 0, 0]
-    for w in range(1, STREAM_THREADS // WARP):
-        total = total + v[:, w, 0]
-    return _canonical_nan(total.reshape(lead))
+    while acc.shape[-1] > 1:
+        half = acc.shape[-1] // 2
+        acc = acc[:, :half] + acc[:, half:]
+    return _canonical_nan(acc[:, 0].reshape(lead))
 
 
 def mhc_pre_apply_mix_bwd_ref(o_grad: torch.Tensor, x: torch.Tensor, mix: torch.Tensor,
@@ -135,8 +135,8 @@ def mhc_pre_apply_mix_bwd_ref(o_grad: torch.Tensor, x: torch.Tensor, mix: torch.
 def mhc_post_bwd_ref(x: torch.Tensor, residual: torch.Tensor, post_layer_mix: torch.Tensor,
                      comb_res_mix: torch.Tensor, d_o: torch.Tensor):
     """``(d_x, d_residual, d_post_layer_mix, d_comb_res_mix)``: ``d_residual_i = bf16(Σ_o comb[i, o] · g_o)`` and
-    ``d_x = bf16(Σ_o post_o · g_o)`` as fma chains over o from +0; ``d_comb[i, o] = stream_dot_ref(r_i, g_o)`` and
-    ``d_post[o] = stream_dot_ref(x, g_o)``; each shaped like the matching input."""
+    ``d_x = bf16(Σ_o post_o · g_o)`` as fma chains over o from +0; ``d_comb[i, o] = stream_dot_ref(r_i, g_o, 64)``
+    and ``d_post[o] = stream_dot_ref(x, g_o, 64)``; each shaped like the matching input."""
     m = residual.shape[-2]
     g = d_o.float()
     c = _flat_mix(post_layer_mix, m).float()
@@ -147,8 +147,9 @@ def mhc_post_bwd_ref(x: torch.Tensor, residual: torch.Tensor, post_layer_mix: to
         d_res = fma_f32(comb[..., :, o].unsqueeze(-1), g[..., o:o + 1, :], d_res)
         d_x = fma_f32(c[..., o:o + 1], g[..., o, :], d_x)
     r = residual.float()
-    d_comb = torch.stack([stream_dot_ref(r[..., i:i + 1, :], g) for i in range(m)], dim=-2)  # [..., i, o]
-    d_post = stream_dot_ref(x.float().unsqueeze(-2), g)  # [..., o]
+    d_comb = torch.stack([stream_dot_ref(r[..., i:i + 1, :], g, POST_BWD_THREADS) for i in range(m)],
+                         dim=-2)  # [..., i, o]
+    d_post = stream_dot_ref(x.float().unsqueeze(-2), g, POST_BWD_THREADS)  # [..., o]
     return (_bf16(d_x), _bf16(d_res), d_post.reshape(post_layer_mix.shape),
             d_comb.reshape(comb_res_mix.shape))
 
