@@ -223,6 +223,13 @@ def _lowered_in_cache(variant, arch):
     return cache.has(key, "spec.json") and cache.has(key, "kernel.cu")
 
 
+def _report_here(prog, event, v, arch, message):
+    if event == "failed":
+        prog.fail("lower", v.key, arch, v.as_dict(), message)
+    else:
+        prog.advance("lower", cached=event == "cached")
+
+
 def _drain(queue, prog, timeout, shared=None):
     """Apply lowering events to ``prog`` (and the (key, arch) of "shared" ones to the set ``shared``); returns the
     number handled."""
@@ -269,6 +276,14 @@ def _lower_parallel(work, gen, prog, jobs=None):
 
 def _lower_slices(work, gen, prog, jobs=None, share_with=None, shareable=None, shared=None):
     import multiprocessing
+    if work and not any(not _lowered_in_cache(v, a) for a, vs in work.items() for v in vs):
+        # all in the build cache (a rebuild): place the files here rather than start lowering processes, each of
+        # which would import TileLang first; this process imports it anyway for the compile units' sources
+        from build_tools import lower
+        for arch, vs in work.items():
+            lower.lower_all(vs, arch, gen, log=lambda *a: None,
+                            report=lambda event, v, a, message: _report_here(prog, event, v, a, message))
+        return not prog.failures
     ctx = multiprocessing.get_context("fork")
     slices = _lowering_slices(work, jobs or os.cpu_count())
     limit = max(jobs or os.cpu_count() or 1, len({a for a, _ in slices}))

@@ -258,6 +258,21 @@ class CubinInfo:
         d["kernels"] = {k: v.to_dict() for k, v in self.kernels.items()}
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CubinInfo":
+        """The inverse of ``to_dict`` (its derived keys are dropped)."""
+        names = {f.name for f in dataclasses.fields(KernelInfo)}
+
+        def kernel(k):
+            k = {n: v for n, v in k.items() if n in names}
+            k["params"] = [KernelParam(**p) for p in k.get("params", [])]
+            for n in ("max_threads", "required_threads"):
+                if k.get(n) is not None:
+                    k[n] = tuple(k[n])
+            return KernelInfo(**k)
+        rest = {n: v for n, v in d.items() if n != "kernels"}
+        return cls(**rest, kernels={s: kernel(k) for s, k in d.get("kernels", {}).items()})
+
 
 # --------------------------------------------------------------------------
 # Running cuobjdump
@@ -654,8 +669,10 @@ def check_cubin(
     expected_arch: str,
     kernels: list[dict],
     cuobjdump: Optional[str] = None,
+    info: Optional[CubinInfo] = None,
 ) -> list[str]:
-    """Compare a cubin against its launch spec; return problems (empty = OK).
+    """Compare a cubin against its launch spec; return problems (empty = OK). ``info``: the cubin's
+    ``inspect_cubin`` result, if the caller has it already (cuobjdump is most of a check's time).
 
     Each kernel dict needs 'symbol' and 'param_sizes' (bytes per parameter in
     order: 8 for pointers, 128 for a by-value CUtensorMap, 4/8 for scalars).
@@ -679,11 +696,12 @@ def check_cubin(
     name = os.path.basename(path)
     if not os.path.isfile(path):
         return [f"{name}: cubin file not found ({path})"]
-    exe = cuobjdump or find_cuobjdump()
-    try:
-        info = inspect_cubin(path, cuobjdump=exe)
-    except CubinInspectError as e:
-        return [f"{name}: cannot inspect cubin: {e}"]
+    if info is None:
+        exe = cuobjdump or find_cuobjdump()
+        try:
+            info = inspect_cubin(path, cuobjdump=exe)
+        except CubinInspectError as e:
+            return [f"{name}: cannot inspect cubin: {e}"]
 
     problems: list[str] = []
     want_arch = normalize_arch(expected_arch)

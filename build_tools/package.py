@@ -21,6 +21,23 @@ def _param_sizes(kernel):
             for a in kernel["args"]]
 
 
+def _inspect(cubin, cuobjdump):
+    """cubin_check.inspect_cubin, remembered in the build cache by the cubin's bytes, the cuobjdump that read it
+    and the parser's source (a rebuild that changed nothing spent most of its time in cuobjdump)."""
+    from build_tools import cache
+    h = hashlib.sha256(b"inspect:" + Path(cubin_check.__file__).read_bytes() + str(cuobjdump).encode()
+                       + toolchain.nvcc_version().encode() + b"\0" + Path(cubin).read_bytes())
+    key = h.hexdigest()
+    known = cache.get(key, "info.json")
+    if known is not None:
+        info = cubin_check.CubinInfo.from_dict(json.loads(known))
+        info.path = str(cubin)
+        return info
+    info = cubin_check.inspect_cubin(cubin, cuobjdump=cuobjdump)
+    cache.put(key, "info.json", json.dumps(info.to_dict()))
+    return info
+
+
 def package(gen_dir, out_dir, units_by_arch, manifest_path, log=print):
     """Check each compile unit's cubin against the launch specs of all its members (build_tools.units)
     and write the store: the unit cubins and one index entry per (variant, arch), naming its cubin."""
@@ -37,7 +54,12 @@ def package(gen_dir, out_dir, units_by_arch, manifest_path, log=print):
             cubin = gen_dir / name
             expected = [{"symbol": k["symbol"], "param_sizes": _param_sizes(k), "dyn_smem_bytes": k["dyn_smem_bytes"],
                          "max_shared_bytes": MAX_SHARED_BYTES[arch]} for spec in specs for k in spec["kernels"]]
-            found = cubin_check.check_cubin(cubin, arch, expected, cuobjdump=cuobjdump)
+            try:  # one inspection serves the check and the index's resource figures
+                info = _inspect(cubin, cuobjdump) if cubin.is_file() else None
+            except cubin_check.CubinInspectError as e:
+                info, found = None, [f"{name}: cannot inspect cubin: {e}"]
+            else:
+                found = cubin_check.check_cubin(cubin, arch, expected, cuobjdump=cuobjdump, info=info)
             # a problem names a kernel symbol: report it with that variant's key (else with the unit's members)
             key_of = {k["symbol"]: spec["key"] for spec in specs for k in spec["kernels"]}
             members = "; ".join(spec["key"] for spec in specs)
@@ -45,7 +67,6 @@ def package(gen_dir, out_dir, units_by_arch, manifest_path, log=print):
                          for p in found]
             if found:
                 continue
-            info = cubin_check.inspect_cubin(cubin, cuobjdump=cuobjdump)
             image = cubin.read_bytes()
             (out_dir / name).write_bytes(image)
             digest = hashlib.sha256(image).hexdigest()
