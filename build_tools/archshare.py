@@ -55,7 +55,10 @@ def activate():
         _why_not = "TileLang was loaded before build_tools.archshare"
     else:
         try:
-            _lib = ctypes.CDLL(str(cshim.compiled(SOURCE, OFF_SWITCH)), mode=ctypes.RTLD_GLOBAL)
+            # -fexceptions: a TVM error thrown inside a wrapped predicate or Plan must unwind through these C frames
+            # to TileLang's Python binding, as it did before, not terminate the process
+            lib = cshim.compiled(SOURCE, OFF_SWITCH, ("-fexceptions", "-ldl"))
+            _lib = ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
         except (cshim.ShimError, OSError) as e:
             _why_not = f"build_tools/archtrace.c is not available ({e})"
 
@@ -65,7 +68,7 @@ _TRACED = {"TargetIsCuda", "TargetIsVolta", "TargetIsTuring", "TargetIsAmpere", 
            "TargetIsSM120", "TargetCudaHasAsyncCopy", "TargetHasLdmatrix", "TargetHasTmem", "TargetHasBulkCopy",
            "TargetSupportsNamedBarrier", "TargetSupportVectorize256", "TargetHasStmatrix", "TargetHasSMVersionGE"}
 _ARCH_FREE = {"TargetIsCuTeDSL", "TargetCudaGetWarpSize"}  # read the target's keys / nothing, never its arch
-_ARCH_READ = re.compile(r"GetAttr<[\w:]+>\(\s*\"arch\"\s*\)|attrs\.(?:at|Get|find|count)\(\s*\"arch\"")
+_ARCH_READ = re.compile(r'"arch"')  # any mention of the attribute's name, however it is read
 
 
 # The TileLang release whose sources the argument above was checked against: that MaxVectorLoadBits asks only
@@ -119,6 +122,7 @@ class Trace:
 
     def __init__(self, arch, other):
         self.arch, self.other, self.reasons, self.python_calls = arch, other, [], 0
+        self.cpp_calls, self.forks, self.sites = 0, 0, []  # C++ questions compared, planner forks, differing sites
 
     def differ(self, reason):
         if reason not in self.reasons:

@@ -34,7 +34,8 @@ def compiled(source, off_switch, libs=("-ldl",)):
     in the errors as the way to lower without it."""
     source = Path(source)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kernelkiln" / source.stem
-    out = base / f"{source.stem}-{digest(source)}.so"
+    flags = hashlib.sha256(" ".join(libs).encode()).hexdigest()[:8]
+    out = base / f"{source.stem}-{digest(source)}-{flags}.so"
     if out.exists():
         return out
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")

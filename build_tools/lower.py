@@ -131,8 +131,8 @@ def lower_all(variants, arch, out_dir, log=print, report=None, share_with=None, 
             report("cached", v, arch, None)
         else:
             try:
-                other = share_with if shareable is None or v.key in shareable else None
-                src, launch, shared = lower_variant(v, arch, other)
+                try_share = share_with if shareable is None or v.key in shareable else None
+                src, launch, shared = lower_variant(v, arch, try_share)
             except Exception as e:  # report every failing variant with the spec that produced it
                 failures.append((v, e))
                 log(f"[{arch}] FAILED {v.key}: {type(e).__name__}: {e}")
@@ -145,9 +145,9 @@ def lower_all(variants, arch, out_dir, log=print, report=None, share_with=None, 
             report("lowered", v, arch, None)
             if shared is not None:
                 shared_json = json.dumps(shared, indent=1, sort_keys=True)
-                other = cache.lower_key(v, share_with, manifest.kernel_module(v.op).__file__)
-                cache.put(other, "kernel.cu", src)
-                cache.put(other, "spec.json", shared_json)
+                other_key = cache.lower_key(v, share_with, manifest.kernel_module(v.op).__file__)
+                cache.put(other_key, "kernel.cu", src)
+                cache.put(other_key, "spec.json", shared_json)
                 write_if_changed(out_dir / f"{v.stem}.{share_with}.cu", src)
                 write_if_changed(out_dir / f"{v.stem}.{share_with}.json", shared_json)
                 report("shared", v, share_with, None)
