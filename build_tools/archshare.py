@@ -72,8 +72,8 @@ _ARCH_READ = re.compile(r'"arch"')  # any mention of the attribute's name, howev
 
 
 # The TileLang release whose sources the argument above was checked against: that MaxVectorLoadBits asks only
-# TargetSupportVectorize256, that the callers of VectorizePlanner::Plan use nothing of it but its result, and what
-# LowerBlackwell2SM and InjectTcgen05Fence rewrite. Another release lowers every arch on its own until re-checked.
+# TargetSupportVectorize256, that VectorizePlanner::Plan asks it before it changes any state and that its callers
+# use nothing of it but its result, and what LowerBlackwell2SM and InjectTcgen05Fence rewrite. Another release lowers every arch on its own until re-checked.
 AUDITED_TILELANG = "0.1.15"
 
 
