@@ -8,13 +8,13 @@ by the xor butterfly of TileLang's ``tl::AllReduce`` (offset 32 through shared m
 the peer's kernel (64 threads, blocks of gcd(512, H) columns) lowers its reducers to exactly this, with the same
 per-thread layout when H is a multiple of THREADS·VEC = 512.
 """
+from kernels.common.butterfly import block_allreduce
 from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401
 from kernelkiln_contract.mhc_streams import POST_BWD_THREADS as THREADS
 from kernelkiln_contract.mhc_streams import STREAM_VEC as VEC
 
 # Declared in kernelkiln_contract.mhc_streams (MHC_POST_BWD): mhc_mult, and the launch-argument names below, which
 # the build checks against this PrimFunc.
-SMEM_STEPS = (THREADS // 32).bit_length() - 1  # butterfly offsets >= 32: 32
 
 
 def build(p, arch):
@@ -30,6 +30,8 @@ def build(p, arch):
 
     def fadd(a, b):
         return T.call_extern("float32", "__fadd_rn", a, b)
+
+    allreduce = block_allreduce(T, THREADS, nred, fadd)
 
     @T.prim_func
     def mhc_post_bwd(
@@ -97,17 +99,7 @@ def build(p, arch):
                         for o in T.unroll(m):
                             acc[m * m + o] = fma(T.Cast("float32", xv[j]), T.Cast("float32", gv[o * VEC + j]),
                                                  acc[m * m + o])
-            for st in T.unroll(SMEM_STEPS):  # offsets THREADS/2 .. 32 through shared memory
-                if st > 0:
-                    T.sync_threads()
-                for s in T.unroll(nred):
-                    red[s * THREADS + tx] = acc[s]
-                T.sync_threads()
-                for s in T.unroll(nred):
-                    acc[s] = fadd(acc[s], red[s * THREADS + (tx ^ T.shift_right(THREADS // 2, st))])
-            for s in T.unroll(nred):
-                for o in T.unroll(5):  # offsets 16 .. 1 within the warp
-                    acc[s] = fadd(acc[s], T.shfl_xor(acc[s], T.shift_right(16, o)))
+            allreduce(acc, red, tx)
             if tx == 0:  # every thread holds the totals
                 for s in T.unroll(m * m):
                     d_comb_res_mix[t * (m * m) + s] = acc[s]

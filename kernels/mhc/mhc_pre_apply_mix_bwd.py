@@ -8,13 +8,13 @@ are then reduced over all THREADS threads by the xor butterfly of TileLang's ``t
 through shared memory, then 16 .. 1 by shuffles): the peer's kernel lowers its reducer to exactly this, with the
 same per-thread layout when H is a multiple of THREADS·VEC = 1024 (its block is gcd(1024, H) columns).
 """
+from kernels.common.butterfly import block_allreduce
 from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401
 from kernelkiln_contract.mhc_streams import STREAM_THREADS as THREADS
 from kernelkiln_contract.mhc_streams import STREAM_VEC as VEC
 
 # Declared in kernelkiln_contract.mhc_streams (MHC_PRE_APPLY_MIX_BWD): mhc_mult, and the launch-argument names
 # below, which the build checks against this PrimFunc.
-SMEM_STEPS = (THREADS // 32).bit_length() - 1  # butterfly offsets >= 32: 64, 32
 
 
 def build(p, arch):
@@ -29,6 +29,8 @@ def build(p, arch):
 
     def fadd(a, b):
         return T.call_extern("float32", "__fadd_rn", a, b)
+
+    allreduce = block_allreduce(T, THREADS, m, fadd)
 
     @T.prim_func
     def mhc_pre_apply_mix_bwd(
@@ -70,17 +72,7 @@ def build(p, arch):
                                                                      T.Cast("float32", gv[s * VEC + j])))
                         for j in T.vectorized(VEC):
                             x_grad[((t * m + s) * hidden_vecs + c) * VEC + j] = gv[s * VEC + j]
-            for st in T.unroll(SMEM_STEPS):  # offsets THREADS/2 .. 32 through shared memory
-                if st > 0:
-                    T.sync_threads()
-                for s in T.unroll(m):
-                    red[s * THREADS + tx] = acc[s]
-                T.sync_threads()
-                for s in T.unroll(m):
-                    acc[s] = fadd(acc[s], red[s * THREADS + (tx ^ T.shift_right(THREADS // 2, st))])
-            for s in T.unroll(m):
-                for o in T.unroll(5):  # offsets 16 .. 1 within the warp
-                    acc[s] = fadd(acc[s], T.shfl_xor(acc[s], T.shift_right(16, o)))
+            allreduce(acc, red, tx)
             if tx == 0:  # every thread holds the totals
                 for s in T.unroll(m):
                     mix_grad[t * m + s] = acc[s]
