@@ -2,13 +2,15 @@
 # A/B of experiment kernel stores on the GPU machine, after `scripts/gpu_verify.sh device` has installed the
 # wheel into /tmp/tk-site: bench_store_ab.py runs once with the wheel's own store ("base") and once per
 # store folder under STORES_DIR, alternating over ROUNDS rounds, so every store sees the same machine state.
-# A folder whose name ends in -r<N> holds rows=N variants. JSON per run and one log go to $OUT/ab/.
+# A folder whose name ends in -r<N> holds rows=N variants. JSON per run and one log go to $OUT/ab/. AB_SCRIPT
+# picks another A/B script with the same arguments (--label, --out), e.g. bench_engram_store_ab.py.
 #
 #   STORES_DIR=.gpu-carry/exp ROUNDS=2 bash benchmarks/run_store_ab.sh
 set -uo pipefail
 : "${OUT:?run this on the device machine, where OUT is set}"
 stores_dir=$(realpath "${STORES_DIR:?}")
 here=$(cd "$(dirname "$0")" && pwd)
+script=${AB_SCRIPT:-$here/bench_store_ab.py}
 mkdir -p "$OUT/ab"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for store in base "$stores_dir"/*/; do
@@ -18,7 +20,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     env_dir=()
     [ "$label" != base ] && env_dir=(KERNELKILN_KERNEL_DIR="$store")
     echo "== round $round: $label"
-    env "${env_dir[@]}" PYTHONPATH=/tmp/tk-site python3 "$here/bench_store_ab.py" --label "$label" "${rows[@]}" \
+    env "${env_dir[@]}" PYTHONPATH=/tmp/tk-site python3 "$script" --label "$label" "${rows[@]}" \
       --out "$OUT/ab/$label-$round.json" 2>&1 | tail -n 8
   done
 done 2>&1 | tee "$OUT/ab/ab.log"
