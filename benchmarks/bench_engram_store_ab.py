@@ -79,7 +79,7 @@ def main():
     ceiling = copy_ceiling_gbs()
     records = [{"name": "copy_ceiling", "label": args.label, "bandwidth_gbs": round(ceiling, 1)}]
     e = kernelkiln.engram
-    for part in (_grad_w_reduce, lambda e, c, l: _sinkhorn(e, c, l, args.rows)):
+    for part in (_grad_w_reduce, lambda e, c, label: _sinkhorn(e, c, label, args.rows)):
         try:
             records += part(e, ceiling, args.label)
         except kernelkiln.MissingSpecializationError as err:  # an experiment store may hold only some ops
