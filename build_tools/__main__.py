@@ -185,12 +185,12 @@ def _shard(arches, variants, spec):
 
 def _lower_worker(variants, arch, gen_dir, queue, share_with=None, shareable=None):
     """One slice of one arch's lowering, in a process of its own; events go to the parent's progress display."""
-    from build_tools import lower
+    from build_tools import archshare, lower
 
     def report(event, v, a, message):
         queue.put((event, v.key, a, v.as_dict(), message))
-    lower.lower_all(variants, arch, gen_dir, log=lambda *a: None, report=report, share_with=share_with,
-                    shareable=shareable)
+    log = (lambda line: print(line, file=sys.stderr, flush=True)) if archshare.explain() else (lambda *a: None)
+    lower.lower_all(variants, arch, gen_dir, log=log, report=report, share_with=share_with, shareable=shareable)
 
 
 def _lowering_slices(work, jobs):
@@ -223,16 +223,21 @@ def _lowered_in_cache(variant, arch):
     return cache.has(key, "spec.json") and cache.has(key, "kernel.cu")
 
 
-def _report_here(prog, event, v, arch, message):
+def _apply_event(prog, event, key, arch, params, message, shared=None):
+    """One lowering event ("failed", "shared", "cached" or lowered) into ``prog``; the (key, arch) of a "shared"
+    one also into the set ``shared``."""
     if event == "failed":
-        prog.fail("lower", v.key, arch, v.as_dict(), message)
+        prog.fail("lower", key, arch, params, message)
+    elif event == "shared":
+        if shared is not None:
+            shared.add((key, arch))
+        prog.advance("lower", shared=True)
     else:
         prog.advance("lower", cached=event == "cached")
 
 
 def _drain(queue, prog, timeout, shared=None):
-    """Apply lowering events to ``prog`` (and the (key, arch) of "shared" ones to the set ``shared``); returns the
-    number handled."""
+    """Apply the lowering processes' events to ``prog`` (see _apply_event); returns the number handled."""
     import queue as queue_mod
     n = 0
     while True:
@@ -242,14 +247,7 @@ def _drain(queue, prog, timeout, shared=None):
             prog.tick()  # keep elapsed time / ETA moving while a slow variant lowers
             return n
         n += 1
-        if event == "failed":
-            prog.fail("lower", key, arch, params, message)
-        elif event == "shared":
-            if shared is not None:
-                shared.add((key, arch))
-            prog.advance("lower", shared=True)
-        else:
-            prog.advance("lower", cached=event == "cached")
+        _apply_event(prog, event, key, arch, params, message, shared)
 
 
 # Lowered first, and shared with the second where build_tools.archshare proves the second's lowering the same.
@@ -282,7 +280,8 @@ def _lower_slices(work, gen, prog, jobs=None, share_with=None, shareable=None, s
         from build_tools import lower
         for arch, vs in work.items():
             lower.lower_all(vs, arch, gen, log=lambda *a: None,
-                            report=lambda event, v, a, message: _report_here(prog, event, v, a, message))
+                            report=lambda event, v, a, message: _apply_event(prog, event, v.key, a, v.as_dict(),
+                                                                             message))
         return not prog.failures
     ctx = multiprocessing.get_context("fork")
     slices = _lowering_slices(work, jobs or os.cpu_count())

@@ -44,6 +44,12 @@ def enabled():
     return os.environ.get("KERNELKILN_ARCH_SHARE", "on").lower() not in ("off", "0", "no")
 
 
+def explain():
+    """KERNELKILN_ARCH_SHARE=explain: share as usual, and the lowering processes print (stderr) each lowering and,
+    for every variant not shared, the differences found (with the C++ call sites, see _differing_sites)."""
+    return os.environ.get("KERNELKILN_ARCH_SHARE", "on").lower() == "explain"
+
+
 def activate():
     """Load the interposer (before TileLang, as z3memo does); a failure only turns sharing off."""
     global _lib, _why_not
@@ -73,7 +79,8 @@ _ARCH_READ = re.compile(r'"arch"')  # any mention of the attribute's name, howev
 
 # The TileLang release whose sources the argument above was checked against: that MaxVectorLoadBits asks only
 # TargetSupportVectorize256, that VectorizePlanner::Plan asks it before it changes any state and that its callers
-# use nothing of it but its result, and what LowerBlackwell2SM and InjectTcgen05Fence rewrite. Another release lowers every arch on its own until re-checked.
+# use nothing of it but its result, and what LowerBlackwell2SM and InjectTcgen05Fence rewrite. Another release
+# lowers every arch on its own until re-checked.
 AUDITED_TILELANG = "0.1.15"
 
 
@@ -333,15 +340,23 @@ def trace(prim, other_prim, target, other_target):
         if counts[1]:
             _lib.archtrace_name.restype = ctypes.c_char_p
             names = [_lib.archtrace_name(i).decode() for i in range(32) if counts[2] >> i & 1]
-            t.differ(f"TileLang's C++ answered {counts[1]} arch questions differently ({', '.join(names)})")
-            _lib.archtrace_site.restype = ctypes.c_long
-            pred = ctypes.c_int()
-            t.sites = []
-            for k in range(64):
-                offset = _lib.archtrace_site(k, ctypes.byref(pred))
-                if offset < 0:
-                    break
-                t.sites.append((_lib.archtrace_name(pred.value).decode(), offset))
+            t.sites = _differing_sites()
+            where = ", ".join(f"{name} at +{offset:#x}" for name, offset in t.sites[:4])
+            t.differ(f"TileLang's C++ answered {counts[1]} arch questions differently ({', '.join(names)}; "
+                     f"asked from {where or 'unknown sites'})")
+
+
+def _differing_sites():
+    """(predicate, return-address offset in its library) of each call site whose answers differed: where to look
+    in TileLang's C++ (addr2line -e <libtilelang.so> <offset>) when a variant one expects shareable is not."""
+    _lib.archtrace_site.restype = ctypes.c_long
+    pred, sites = ctypes.c_int(), []
+    for k in range(64):
+        offset = _lib.archtrace_site(k, ctypes.byref(pred))
+        if offset < 0:
+            break
+        sites.append((_lib.archtrace_name(pred.value).decode(), offset))
+    return sites
 
 
 def state():

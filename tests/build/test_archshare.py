@@ -82,8 +82,10 @@ def test_an_arch_dependent_lowering_is_not_shared(lowered):
 def test_off_switch_and_cache_key(monkeypatch):
     monkeypatch.setenv("KERNELKILN_ARCH_SHARE", "off")
     assert not archshare.enabled() and archshare.state() == "off"
+    monkeypatch.setenv("KERNELKILN_ARCH_SHARE", "explain")  # shares, and says why not where it does not
+    assert archshare.enabled() and archshare.explain() and archshare.state().startswith("archshare-")
     monkeypatch.delenv("KERNELKILN_ARCH_SHARE")
-    assert archshare.enabled() and archshare.state().startswith("archshare-")
+    assert archshare.enabled() and not archshare.explain() and archshare.state().startswith("archshare-")
     # every lowering is keyed on the sharing code: a change to it lowers everything again
     assert "build_tools/archtrace.c" in cache._SHARED_SOURCES and "build_tools/archshare.py" in cache._SHARED_SOURCES
 
