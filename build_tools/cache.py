@@ -20,7 +20,7 @@ CACHE_VERSION = "1"
 _ROOT = Path(__file__).resolve().parent.parent
 # Sources every lowering depends on besides the kernel's own module.
 _SHARED_SOURCES = ("build_tools/spec.py", "build_tools/lower.py", "build_tools/z3memo.c", "build_tools/archshare.py",
-                   "build_tools/archtrace.c")
+                   "build_tools/archtrace.c", "build_tools/frontend_memo.py")
 
 
 def cache_dir():

@@ -12,7 +12,7 @@ import time
 import traceback
 from pathlib import Path
 
-from build_tools import archshare, z3memo
+from build_tools import archshare, frontend_memo, z3memo
 
 z3memo.activate()  # before spec imports TileLang: TVM binds its Z3 references when it is loaded
 archshare.activate()  # likewise: libtilelang's target predicates bind when it is loaded
@@ -42,6 +42,7 @@ def lower_variant(variant, arch, share_with=None):
     from tvm.target import Target
 
     z3memo.clear()  # this variant's answers must not depend on what the process lowered before
+    frontend_memo.activate()  # the rewrite of the kernel's source is reused only where provably the same
     mod = manifest.kernel_module(variant.op)
     prim = mod.build(variant.as_dict(), arch)
     target = Target({"kind": "cuda", "arch": arch})
@@ -142,6 +143,9 @@ def lower_all(variants, arch, out_dir, log=print, report=None, share_with=None, 
             cache.put(key, "kernel.cu", src)
             cache.put(key, "spec.json", launch_json)
             log(f"[{arch}] {i + 1}/{len(variants)} lowered {v.key} in {time.time() - t0:.2f}s")
+            trace = lower_variant.last_trace
+            if try_share is not None and shared is None and trace is not None:
+                log(f"[{arch}] {v.key} not shared with {try_share}: {'; '.join(trace.reasons)}")
             report("lowered", v, arch, None)
             if shared is not None:
                 shared_json = json.dumps(shared, indent=1, sort_keys=True)
