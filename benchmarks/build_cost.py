@@ -38,7 +38,7 @@ def measure(manifest_path, arch, out):
         t0 = time.perf_counter()
         subprocess.run(toolchain.nvcc_command(source, gen / f"{u.name}.{arch}.cubin", arch, incs), check=True,
                        capture_output=True)
-        nvcc.append({"unit": u.name, "op": u.op, "variants": len(u.stems),
+        nvcc.append({"unit": u.name, "op": u.group, "variants": len(u.stems),
                      "seconds": time.perf_counter() - t0})
     Path(out).write_text(json.dumps({"arch": arch, "manifest": str(manifest_path), "lowering": lowering,
                                      "nvcc": nvcc}, indent=1))

@@ -92,7 +92,7 @@ def test_plan_accepts_a_preset(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "4 variants x 2 arches = 8 kernels in 4 compile units" in r.stdout  # 3 per_token_cast + 1 topk_gate
     units = out.read_text().split("TK_UNITS ")[1]
-    assert units.count("per_token_cast-unit-") == 1 and units.count("topk_gate-unit-") == 1
+    assert units.count("quant-ops-unit-") == 1 and units.count("moe-ops-unit-") == 1  # small ops: family pools
 
 
 def test_unknown_preset_lists_the_presets():

@@ -30,12 +30,29 @@ def test_plan_groups_by_op_in_chunks_and_ignores_order():
     random.Random(0).shuffle(shuffled)
     plan = units.plan(vs)
     assert plan == units.plan(shuffled) == units.plan(vs + vs[:5])  # order and duplicates do not matter
-    assert [(u.op, len(u.stems)) for u in plan] == [("per_token_cast", 16), ("per_token_cast", 16),
-                                                     ("per_token_cast", 3), ("topk_gate", 3)]
+    assert [(u.group, len(u.stems)) for u in plan] == [("moe-ops", 3), ("per_token_cast", 16), ("per_token_cast", 16),
+                                                        ("per_token_cast", 3)]
     assert sorted(s for u in plan for s in u.stems) == sorted(v.stem for v in vs)
     assert len({u.name for u in plan}) == len(plan)
     # a unit's name depends on its members only
-    assert units.plan(vs[:16])[0].name == plan[0].name
+    assert units.plan(vs[:16])[0].name == plan[1].name
+
+
+def test_small_ops_share_units_within_their_family():
+    small = [("mhc_post_fwd", 1), ("mhc_post_bwd", 1), ("mhc_sinkhorn_fwd", 2), ("grad_w_reduce", 1),
+             ("engram_gate_fwd", units.SMALL_OP)]
+    vs = [v for op, n in small for v in _variants(op, n)] + _variants("mhc_pre_apply_mix_fwd", 20)
+    plan = units.plan(vs)
+    assert [(u.group, len(u.stems)) for u in plan] == [
+        ("engram-ops", 1),  # grad_w_reduce; engram_gate_fwd has SMALL_OP variants: a group of its own
+        ("engram_gate_fwd", units.SMALL_OP),
+        ("mhc-ops", 4),  # the 1 + 1 + 2 small mHC variants
+        ("mhc_pre_apply_mix_fwd", 16), ("mhc_pre_apply_mix_fwd", 4),
+    ]
+    assert [s.split("-")[0] for s in plan[2].stems] == ["mhc_post_bwd", "mhc_post_fwd", "mhc_sinkhorn_fwd",
+                                                        "mhc_sinkhorn_fwd"]  # in stem order: each op together
+    # the same variants with a larger threshold of smallness: fewer groups, the same members overall
+    assert sorted(s for u in units.plan(vs, small_op=64) for s in u.stems) == sorted(v.stem for v in vs)
 
 
 def test_unit_source_keeps_each_preamble_and_wraps_each_body(tmp_path):
