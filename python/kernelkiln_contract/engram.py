@@ -8,7 +8,7 @@ HASH_NGRAM_SIZES = (2, 3, 4, 5)
 HASH_TABLES_PER_NGRAM = (1, 2, 4, 8, 16)
 HASH_THREADS = 128
 ENGRAM_HIDDEN_ALIGN = 256  # hidden sizes the weight kernels take are multiples of it
-GRAD_W_REDUCE_ROWS = 16  # partial rows each thread has in flight in grad_w_reduce
+GRAD_W_REDUCE_ROWS = 33  # partial rows each thread has in flight in grad_w_reduce
 
 
 ENGRAM_HASH = OpContract(
