@@ -72,7 +72,7 @@ def _sinkhorn(e, ceiling, label, rows):
 def main():
     import kernelkiln
     p = argparse.ArgumentParser()
-    p.add_argument("--label", required=True)
+    p.add_argument("--label", default="wheel")
     p.add_argument("--out", required=True)
     p.add_argument("--rows", type=int, default=100001)
     args = p.parse_args()
