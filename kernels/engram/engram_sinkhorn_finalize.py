@@ -5,7 +5,9 @@ One CTA per row, thread level for the same reason as engram_sinkhorn_step (the p
 runtime head dim D), and with the step's column layout and per-arch order of the row's sum of squares (see
 kernels/engram/engram_sinkhorn_step.py): x = (r * A) * c, s = sum of x^2, k = alpha / (sqrtf(s) + eps),
 out = x * k. row_scale is read, never written. x stays in registers for the first KR chunks; chunks beyond are
-recomputed from global memory (same bits).
+recomputed from global memory (same bits; the row was just read, so mostly from L2). KR = 4: 114 registers, where
+6 took 162 (three CTAs of 128 threads per SM); 2 and 3 (72 / 80 registers) reread too much at D = 5120
+(benchmarks/results/TARGETS.md, issue 16).
 
 Compile-time: THREADS (picked from D by the contract, as the peer does). Runtime: rows, D, eps and alpha.
 """
@@ -14,7 +16,7 @@ from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401
 # Declared in kernelkiln_contract.engram_sinkhorn (ENGRAM_SINKHORN_FINALIZE): threads, and the launch-argument names
 # below, which the build checks against this PrimFunc.
 VEC = 8
-REG_CHUNKS = {128: 6, 64: 6, 32: 6}  # KR: chunks kept in registers
+REG_CHUNKS = {128: 4, 64: 4, 32: 4}  # KR: chunks kept in registers (see the docstring)
 
 
 def build(p, arch):
