@@ -3,8 +3,8 @@
 
 A CTA takes 32 columns; its warps load a block of ROWS partial rows into shared memory (each lane one column, each
 warp ROWS / warps rows, all loads of a block in flight at once), then warp 0 adds the block's rows in order to its
-lanes' running sums. The sequential chain is one FADD per row and column; the loads, not the adds, bound the time,
-so spreading them over the warps keeps the strict order without leaving the chain waiting on memory.
+lanes' running sums. The sequential chain is one FADD per row and column. With a guard per row (the last block's
+rows past P) each addition waited for its own shared-memory load; unguarded, the loads run ahead of the chain.
 
 Compile-time: threads (the loading warps). Runtime: D and the partial count P.
 """
@@ -51,10 +51,11 @@ def build(p, arch):
                         T.And(row < num_partials, col < head_dim),
                         col_sumsq_partial[T.Cast("int64", row) * head_dim + col], T.float32(0))
                 T.sync_threads()
-                if warp == 0:
+                if warp == 0:  # the rows past P were stored as +0, and s + (+0) is s (s is never -0: it starts
+                    # at +0 and a round-to-nearest sum is -0 only for two -0 terms), so every row is added unguarded
+                    # and the shared-memory loads of the block can all be in flight before the chain of additions
                     for j in T.unroll(ROWS):
-                        if b * ROWS + j < num_partials:
-                            s[0] = T.call_extern(f32, "__fadd_rn", s[0], block[j, lane])
+                        s[0] = T.call_extern(f32, "__fadd_rn", s[0], block[j, lane])
             if warp == 0 and col < head_dim:
                 col_sumsq[col] = s[0]
             T.pdl_trigger()
