@@ -5,8 +5,8 @@ Every ``@T.prim_func`` and ``@T.macro`` that a kernel module's ``build(p, arch)`
 compile it. The rewrite is a function of the source text, of the names the function closes over and of the few
 expressions the transformer evaluates on the way (annotations, ``with`` items), never of the other values of the
 closure, which only the generated code reads when it runs. The variants of one op share their source, so the
-rewrite is the same for all of them, and it was 30-40 % of a small variant's lowering (per_token_cast: 0.67 of
-1.95 s in a cProfile of four variants).
+rewrite is the same for all of them, and it was a third of a per_token_cast variant's lowering (0.67 of 1.95 s in
+a cProfile of four variants).
 
 ``activate()`` wraps ``mutate`` in this process: the first rewrite of a function is done as TileLang does it while
 recording each evaluation the transformer makes (the expression and what it gave); a later function with the
@@ -26,7 +26,6 @@ from pathlib import Path
 
 TILELANG_VERSION = "0.1.15"  # the release whose eager ``mutate`` this reproduces
 _cache = {}  # key -> (code object, unparsed source, extra_type_hints, [(expression source, answer)])
-stats = {"rewritten": 0, "reused": 0}
 _active = False
 
 
@@ -106,12 +105,10 @@ def mutate(func):
     if entry is not None:
         code, source, hints, evals = entry
         if all(_answer(_evaluate(expr, nonlocals, func.__globals__)) == answer for expr, answer in evals):
-            stats["reused"] += 1
             return eager_ast.IRGenerator(gen=_closure(code, func), source=source, extra_type_hints=dict(hints))
     evals = []
     code, source, hints = _rewrite(func, evals)
     _cache[key] = (code, source, hints, evals)
-    stats["rewritten"] += 1
     return eager_ast.IRGenerator(gen=_closure(code, func), source=source, extra_type_hints=dict(hints))
 
 
@@ -124,11 +121,3 @@ def activate():
     builder.mutate = mutate
     _active = True
 
-
-def clear():
-    _cache.clear()
-
-
-def state():
-    """What the build cache keys lowerings on."""
-    return "frontend-memo" if enabled() and supported() is None else "off"
