@@ -143,7 +143,7 @@ def lower_all(variants, arch, out_dir, log=print, report=None, share_with=None, 
             cache.put(key, "kernel.cu", src)
             cache.put(key, "spec.json", launch_json)
             log(f"[{arch}] {i + 1}/{len(variants)} lowered {v.key} in {time.time() - t0:.2f}s")
-            trace = lower_variant.last_trace
+            trace = getattr(lower_variant, "last_trace", None)  # (a stand-in lower_variant may not keep one)
             if try_share is not None and shared is None and trace is not None:
                 log(f"[{arch}] {v.key} not shared with {try_share}: {'; '.join(trace.reasons)}")
             report("lowered", v, arch, None)
