@@ -3,6 +3,9 @@ seconds TileLang's Z3 prover spends per pass by verdict (proved / gave up at its
 
   python benchmarks/lowering_profile.py --ops top2_sum_gate,swiglu_backward [--variants 1] [--arch sm_90a] [--z3]
   python benchmarks/lowering_profile.py --survey --z3 --out survey.json   (the first variant of every op)
+  python benchmarks/lowering_profile.py --ops per_token_cast --variants 5 --cprofile   (Python-side costs: the
+      whole lowering as the build does it, sharing proof included, after one warm-up variant; set
+      KERNELKILN_FRONTEND_MEMO=off to see the front end without build_tools/frontend_memo.py)
 
 --z3 re-executes the script under LD_PRELOAD of benchmarks/z3_verdicts.c (compiled here with cc), which times each
 Z3 check; nothing else changes, except that it turns the build's remembered Z3 answers off (build_tools/z3memo.c;
@@ -73,6 +76,31 @@ def profile(variant, arch, z3):
         irt.Pass.__call__ = real_call
 
 
+def _cprofile(picked, arch):
+    """Seconds per variant of lower_variant (sharing with sm_100a, as the build lowers sm_90a) and the cumulative
+    cProfile entries above 5 % of the time; the first variant only warms the process up."""
+    import cProfile
+    import pstats
+
+    from build_tools import lower
+    share = "sm_100a" if arch == "sm_90a" else None
+    lower.lower_variant(picked[0], arch, share)
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for v in picked[1:]:
+        lower.lower_variant(v, arch, share)
+    prof.disable()
+    n = max(1, len(picked) - 1)
+    print(f"{(time.perf_counter() - t0) / n:.3f} s per variant over {n} variants [{arch}]")
+    stats = pstats.Stats(prof)
+    total = stats.total_tt
+    rows = sorted(((ct, nc, fn) for fn, (_, nc, _, ct, _) in stats.stats.items() if ct >= 0.05 * total),
+                  reverse=True)
+    for ct, nc, (path, line, name) in rows[:25]:
+        print(f"  {ct / n:7.3f} s/variant  {nc:7d} calls  {name} ({Path(path).name}:{line})")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ops", default="")
@@ -83,6 +111,7 @@ def main():
     p.add_argument("--z3", action="store_true")
     p.add_argument("--out")
     p.add_argument("--min-seconds", type=float, default=0.05)
+    p.add_argument("--cprofile", action="store_true", help="cProfile of lower_variant over --ops' variants")
     args = p.parse_args()
     if args.z3:  # the timing shim and the build's remembered answers (build_tools/z3memo.c) cannot both interpose
         os.environ["KERNELKILN_Z3_MEMO"] = "off"
@@ -98,6 +127,8 @@ def main():
     else:
         ops = args.ops.split(",")
         picked = [v for op in ops for v in [v for v in variants if v.op == op][:args.variants]]
+    if args.cprofile:
+        return _cprofile(picked, args.arch)
     results = []
     for v in picked:
         total, rows = profile(v, args.arch, z3)

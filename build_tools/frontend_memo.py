@@ -5,8 +5,8 @@ Every ``@T.prim_func`` and ``@T.macro`` that a kernel module's ``build(p, arch)`
 compile it. The rewrite is a function of the source text, of the names the function closes over and of the few
 expressions the transformer evaluates on the way (annotations, ``with`` items), never of the other values of the
 closure, which only the generated code reads when it runs. The variants of one op share their source, so the
-rewrite is the same for all of them, and it was a third of a per_token_cast variant's lowering (0.67 of 1.95 s in
-a cProfile of four variants).
+rewrite is the same for all of them, and it was a third of a per_token_cast variant's lowering (`python
+benchmarks/lowering_profile.py --ops per_token_cast --variants 5 --cprofile`, with and without the memo).
 
 ``activate()`` wraps ``mutate`` in this process: the first rewrite of a function is done as TileLang does it while
 recording each evaluation the transformer makes (the expression and what it gave); a later function with the
@@ -64,7 +64,7 @@ def _evaluate(source, nonlocals, globalns):
     return eager_ast._try_eval(ast.parse(source, mode="eval").body, nonlocals, globalns)
 
 
-def _rewrite(func, evals):
+def _rewrite(func, nonlocals, evals):
     """TileLang's mutate, recording each evaluation the transformer makes into ``evals``."""
     from tilelang.language.eager import ast as eager_ast
     from tilelang.language.eager import utils
@@ -77,7 +77,6 @@ def _rewrite(func, evals):
 
     tree = utils.get_ast(func)
     filename = str(Path(inspect.getsourcefile(func) or inspect.getfile(func)).absolute())
-    nonlocals = utils.get_func_nonlocals(func)
     mut = Recording(nonlocals, func.__globals__, filename)
     tree = mut.visit(tree)
     ast.fix_missing_locations(tree)
@@ -85,11 +84,10 @@ def _rewrite(func, evals):
     return code, ast.unparse(tree), dict(mut.extra_type_hints)
 
 
-def _closure(code, func):
-    from tilelang.language.eager import utils
+def _closure(code, func, nonlocals):
     scope = {}
     exec(code, func.__globals__, scope)
-    return scope["make_closure"](**utils.get_func_nonlocals(func))
+    return scope["make_closure"](**nonlocals)
 
 
 def mutate(func):
@@ -105,11 +103,12 @@ def mutate(func):
     if entry is not None:
         code, source, hints, evals = entry
         if all(_answer(_evaluate(expr, nonlocals, func.__globals__)) == answer for expr, answer in evals):
-            return eager_ast.IRGenerator(gen=_closure(code, func), source=source, extra_type_hints=dict(hints))
+            return eager_ast.IRGenerator(gen=_closure(code, func, nonlocals), source=source,
+                                         extra_type_hints=dict(hints))
     evals = []
-    code, source, hints = _rewrite(func, evals)
+    code, source, hints = _rewrite(func, nonlocals, evals)
     _cache[key] = (code, source, hints, evals)
-    return eager_ast.IRGenerator(gen=_closure(code, func), source=source, extra_type_hints=dict(hints))
+    return eager_ast.IRGenerator(gen=_closure(code, func, nonlocals), source=source, extra_type_hints=dict(hints))
 
 
 def activate():

@@ -27,7 +27,7 @@ def test_a_rewrite_is_reused_only_where_the_evaluated_answers_agree(monkeypatch)
     monkeypatch.setattr(frontend_memo, "_cache", {})
     rewrites = []
     real = frontend_memo._rewrite
-    monkeypatch.setattr(frontend_memo, "_rewrite", lambda f, e: rewrites.append(f) or real(f, e))
+    monkeypatch.setattr(frontend_memo, "_rewrite", lambda f, n, e: rewrites.append(f) or real(f, n, e))
     memo = [_kernel("float32", 8).script(), _kernel("float32", 16).script(), _kernel("float16", 16).script()]
     # dtype and size are closure values the generated code reads when it runs: one rewrite serves all three
     assert len(rewrites) == 1 and memo[0] == plain[0] and memo[2] == plain[1]
