@@ -129,9 +129,10 @@ def cmd_nvcc(args):
     key = _cubin_key(cu, args.arch)
     data = cache.get(key, "kernel.cubin")
     if data is None:
-        source = toolchain.canonical_source(cu)  # a fixed path: nvcc's output depends on the source's path
-        r = subprocess.run(toolchain.nvcc_command(source, out, args.arch, args.include), capture_output=True,
-                           text=True)
+        with toolchain.canonical_lock(toolchain.CANONICAL_SOURCE_ROOT / cu.stem):
+            source = toolchain.canonical_source(cu)  # a fixed path: nvcc's output depends on the source's path
+            r = subprocess.run(toolchain.nvcc_command(source, out, args.arch, args.include), capture_output=True,
+                               text=True)
         if r.returncode:
             keys = []
             for stem in units.member_stems(cu.read_text()):

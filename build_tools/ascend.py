@@ -31,6 +31,7 @@ import traceback
 from pathlib import Path
 
 from build_tools import cache, elf, manifest
+from build_tools.toolchain import canonical_lock
 
 TARGETS = ("dav-3510",)  # bisheng --npu-arch values (Ascend 950)
 STORE_DIR = "ascend"
@@ -422,18 +423,17 @@ def compile_one(stem, target, gen_dir, bisheng, ld_lld, includes):
     key = binary_key(text, target, bisheng_version(bisheng))
     data = cache.get(key, "kernel.aibin")
     if data is None:
-        d = CANONICAL_SOURCE_ROOT / f"{stem}.{target}"
-        d.mkdir(parents=True, exist_ok=True)
-        canonical = d / "kernel.asc"
-        tmp = d / f"kernel.asc.{os.getpid()}.tmp"
-        tmp.write_text(text)
-        os.replace(tmp, canonical)
-        rel = d / f"kernel.{os.getpid()}.rel.o"
-        for cmd in compile_commands(canonical, rel, out, target, bisheng, ld_lld, includes):
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode:
-                raise AscendError(f"{' '.join(map(str, cmd))}\nexited with {r.returncode}:\n{r.stdout}{r.stderr}")
-        rel.unlink(missing_ok=True)
+        with canonical_lock(CANONICAL_SOURCE_ROOT / f"{stem}.{target}") as d:  # as the nvcc path: one per build
+            canonical = d / "kernel.asc"
+            tmp = d / f"kernel.asc.{os.getpid()}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, canonical)
+            rel = d / f"kernel.{os.getpid()}.rel.o"
+            for cmd in compile_commands(canonical, rel, out, target, bisheng, ld_lld, includes):
+                r = subprocess.run(cmd, capture_output=True, text=True)
+                if r.returncode:
+                    raise AscendError(f"{' '.join(map(str, cmd))}\nexited with {r.returncode}:\n{r.stdout}{r.stderr}")
+            rel.unlink(missing_ok=True)
         data = out.read_bytes()
         cache.put(key, "kernel.aibin", data)
     elif not out.exists() or out.read_bytes() != data:

@@ -4,6 +4,8 @@ No system CUDA is required: the pinned ``nvidia-cuda-nvcc`` / ``nvidia-cuda-cccl
 wheels (build requirements in pyproject.toml) provide nvcc. Search order:
 $KERNELKILN_NVCC, the nvidia-cuda-nvcc distribution, $CUDA_HOME/bin/nvcc, PATH.
 """
+import contextlib
+import fcntl
 import functools
 import importlib.metadata
 import os
@@ -18,7 +20,10 @@ NVCC_FLAGS = ("--cubin", "-O3", "-std=c++20", "-w", "-Xcudafe", "--diag_suppress
 # nvcc names internal-linkage objects (e.g. cuda::std's customization-point objects, which some TileLang templates
 # pull into a unit) after a hash of the source file's absolute path: one unit compiled from two directories gives
 # two different cubins. Every compile therefore reads its source from one fixed place per unit (the unit's file
-# name is content-addressed), so stores built anywhere, in shards or not, are byte-identical.
+# name is content-addressed), so stores built anywhere, in shards or not, are byte-identical. The name is a digest
+# of the unit's member variants, not of their source: two builds of different kernel sources on one machine share the
+# path, so each copy-and-compile holds the directory's lock (``canonical_lock``), or one build would compile the
+# other's source.
 CANONICAL_SOURCE_ROOT = Path("/tmp/kernelkiln-nvcc")
 
 
@@ -68,8 +73,25 @@ def tilelang_version():
     return importlib.metadata.version("tilelang")
 
 
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def canonical_lock(directory):
+    """Hold the exclusive lock of a canonical-source directory (released when the process dies, too)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / LOCK_NAME, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield directory
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def canonical_source(cu):
-    """A copy of the unit ``cu`` at its fixed path (written atomically: concurrent builds share it)."""
+    """A copy of the unit ``cu`` at its fixed path; call it, and compile the copy, under ``canonical_lock`` of
+    ``CANONICAL_SOURCE_ROOT / cu.stem``."""
     cu = Path(cu)
     d = CANONICAL_SOURCE_ROOT / cu.stem
     d.mkdir(parents=True, exist_ok=True)
@@ -81,12 +103,16 @@ def canonical_source(cu):
 
 
 def ninja_nvcc_command(include_flags=None):
-    """The ninja rule's command: copy ``$in`` to its fixed path (``canonical_source``, in shell), compile it there.
-    Ninja's ``$$`` is a literal ``$``: ``$$$$`` is the shell's PID, for a private temporary name."""
+    """The ninja rule's command: copy ``$in`` to its fixed path (``canonical_source``, in shell) and compile it there,
+    both under flock(1) of the directory's lock file (``canonical_lock``'s, so the Python and the ninja paths
+    exclude each other). Ninja's ``$$`` is a literal ``$``: ``$$$$`` is the shell's PID, for a private temporary
+    name."""
     d = f"{CANONICAL_SOURCE_ROOT}/$stem"
     compile_cmd = " ".join(nvcc_command(f"{d}/$name", "$out", "$arch", include_flags))
-    return (f"mkdir -p {d} && cp $in {d}/$name.$$$$.tmp && mv -f {d}/$name.$$$$.tmp {d}/$name && "
-            f"{compile_cmd}")
+    body = f"cp $in {d}/$name.$$$$.tmp && mv -f {d}/$name.$$$$.tmp {d}/$name && {compile_cmd}"
+    if shutil.which("flock") is None:  # no util-linux: unlocked, as before (one build at a time is safe)
+        return f"mkdir -p {d} && {body}"
+    return f"mkdir -p {d} && flock {d}/{LOCK_NAME} sh -c '{body}'"
 
 
 def nvcc_command(cu, cubin, arch, include_flags=None):
