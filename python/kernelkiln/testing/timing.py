@@ -55,11 +55,25 @@ def event_time_us(fn, calls=DEFAULT_CALLS, reps=DEFAULT_REPS):
     return _median_us_per_call(run_once, calls, reps)
 
 
+def _end_failed_capture():
+    """Leave torch's CUDA RNG as a successful capture leaves it. A capture that fails at its end (a host sync inside
+    it) never runs the generators' capture epilogue, so every later random op in the process would raise "Offset
+    increment outside graph capture encountered unexpectedly"; a trivial capture that succeeds runs it."""
+    scratch = torch.zeros(1, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scratch.add_(1)
+    torch.cuda.synchronize()
+
+
 def device_time_us(fn, calls=DEFAULT_CALLS, reps=DEFAULT_REPS):
     """``graph_time_us``, or ``event_time_us`` where ``fn`` cannot be captured. A real error in ``fn`` still raises:
     the eager path calls it again."""
+    stream = torch.cuda.current_stream()
     try:
         return graph_time_us(fn, calls, reps)
     except Exception:  # noqa: BLE001 - capture failures come as many exception types
+        torch.cuda.set_stream(stream)  # a capture that failed at its end left its side stream current
         torch.cuda.synchronize()
+        _end_failed_capture()
         return event_time_us(fn, calls, reps)
