@@ -1,12 +1,16 @@
-"""A/B of kernel stores for the small Engram reductions (grad_w_reduce, engram_sinkhorn_step_reduce,
-engram_sinkhorn_finalize), timed with whichever store the process loads (the wheel's, or KERNELKILN_KERNEL_DIR for an
-experiment store built from the same source with one kernel-internal change). Each record carries the sha256 of the
-op's output bytes for seeded inputs, so stores that must agree bit for bit can be compared across runs.
+"""A/B of kernel stores for the Engram gate forward and backward and the small Engram reductions (grad_w_reduce,
+engram_sinkhorn_step_reduce, engram_sinkhorn_finalize), timed with whichever store the process loads (the wheel's,
+or KERNELKILN_KERNEL_DIR for an experiment store built from the same source with one kernel-internal change). Each
+record carries the sha256 of the op's output bytes for seeded inputs, so stores that must agree bit for bit can be
+compared across runs.
 
     KERNELKILN_KERNEL_DIR=<store> python benchmarks/bench_engram_store_ab.py --label rows44 --out ab.json
 
 Run it once per store, alternating (benchmarks/run_store_ab.sh with AB_SCRIPT set to this file). Shapes and bytes
-as in bench_ops_engram.py and bench_ops_engram_sinkhorn.py.
+as in bench_ops_engram_gate.py (the backward also with an image-token mask), bench_ops_engram.py and
+bench_ops_engram_sinkhorn.py. The forward's persistent-block count follows the store's kernel (how many of its CTAs
+an SM holds, from its shared memory and registers in the store's index), so a store whose kernel takes more shared
+memory than the wheel's is not timed with a second wave of CTAs; it does not change the results.
 """
 import argparse
 import hashlib
@@ -42,6 +46,65 @@ def _grad_w_reduce(e, ceiling, label):
         out.append(bandwidth_record("grad_w_reduce", {"P": p, "hc": hc, "H": h},
                                     lambda part=part, wh=wh, we=we, gh=gh, ge=ge: e.grad_w_reduce(part, wh, we, gh, ge),
                                     (p * hc * h * 4) + hc * h * (2 + 2 + 4 * 4), ceiling, label=label, digest=digest))
+    return out
+
+
+def _fwd_ctas_per_sm(key):
+    """CTAs of the store's gate forward variant ``key`` one SM holds (228 KB of shared memory, 1 KB reserved per CTA;
+    64 K registers, allocated per warp in units of 256)."""
+    from kernelkiln._runtime import artifacts
+    index = json.loads((artifacts.KernelStore().directory / "index.json").read_text())
+    arch = "sm_%d%da" % torch.cuda.get_device_capability()
+    v = next(v for v in index["variants"] if v["key"] == key and v["arch"] == arch)
+    smem = v["spec"]["kernels"][0]["dyn_smem_bytes"]
+    regs = -(-next(iter(v["resources"].values()))["registers"] * 32 // 256) * 256
+    return min((228 * 1024) // (smem + 1024), 65536 // regs)
+
+
+def _gate_fwd(e, ceiling, label):
+    from kernelkiln.engram import _engram_gate_fwd as fwd
+    out = []
+    t, hc, eps, clamp = 8192, 4, 1e-20, 1e-6
+    for h in (4096, 2560, 7168):
+        g = torch.Generator(device="cuda").manual_seed(h)
+        x = torch.randn(t, hc, h, device="cuda", generator=g).bfloat16()
+        kv = torch.randn(t, hc + 1, h, device="cuda", generator=g).bfloat16()
+        wf = torch.randn(hc, h, device="cuda", generator=g).bfloat16().float()
+        for save in (False, True):
+            key = f"engram_gate_fwd(hc_mult={hc},save_for_backward={int(save)},has_image_token_mask=0,inplace=0)"
+            per_sm = _fwd_ctas_per_sm(key)
+            fwd.gate_fwd_num_blocks = lambda sms, hc_mult, per_sm=per_sm: max(1, sms * per_sm // hc_mult)
+
+            def run(save=save):
+                return e.engram_gate_fwd(x, kv, wf, eps, clamp, save)
+            res = run()
+            digest = _digest(*(res if save else (res,)))
+            moved = (x.numel() * 2 + kv.numel()) * 2 + wf.numel() * 4 + (4 * t * hc * 4 if save else 0)
+            out.append(bandwidth_record("engram_gate_fwd", {"T": t, "hc": hc, "H": h, "save_for_backward": save,
+                                                            "ctas_per_sm": per_sm},
+                                        run, moved, ceiling, label=label, digest=digest))
+    return out
+
+
+def _gate_bwd(e, ceiling, label):
+    out = []
+    t, hc, eps, clamp = 8192, 4, 1e-20, 1e-6
+    for h in (4096, 2560, 7168):
+        g = torch.Generator(device="cuda").manual_seed(h)
+        x = torch.randn(t, hc, h, device="cuda", generator=g).bfloat16()
+        kv = torch.randn(t, hc + 1, h, device="cuda", generator=g).bfloat16()
+        wf = torch.randn(hc, h, device="cuda", generator=g).bfloat16().float()
+        go = torch.randn(t, hc, h, device="cuda", generator=g).bfloat16()
+        _, dot, gate, rx, rk = e.engram_gate_fwd(x, kv, wf, eps, clamp)
+        masks = {"none": None, "every 7th": torch.arange(t, device="cuda") % 7 == 3}
+        for mask_name, mask in masks.items():
+            def run(mask=mask):
+                return e.engram_gate_bwd(go, x, kv, wf, dot, gate, rx, rk, clamp, image_token_mask=mask)
+            digest = _digest(*run())
+            moved = (go.numel() * 3 + kv.numel() * 2) * 2 + wf.numel() * 4 + 4 * dot.numel() * 4
+            moved += run()[2].numel() * 4  # the partial rows
+            out.append(bandwidth_record("engram_gate_bwd", {"T": t, "hc": hc, "H": h, "mask": mask_name}, run,
+                                        moved, ceiling, label=label, digest=digest))
     return out
 
 
@@ -93,6 +156,14 @@ def main():
     ceiling = copy_ceiling_gbs()
     records = [{"name": "copy_ceiling", "label": args.label, "bandwidth_gbs": round(ceiling, 1)}]
     e = kernelkiln.engram
+    try:
+        records += _gate_fwd(e, ceiling, args.label)
+    except (kernelkiln.MissingSpecializationError, StopIteration) as err:
+        print(f"{args.label}: gate fwd skipped ({err!r})", flush=True)
+    try:
+        records += _gate_bwd(e, ceiling, args.label)
+    except kernelkiln.MissingSpecializationError as err:
+        print(f"{args.label}: skipped ({str(err).splitlines()[0]})", flush=True)
     try:
         records += _grad_w_reduce(e, ceiling, args.label)
     except kernelkiln.MissingSpecializationError as err:  # an experiment store may hold only some ops
