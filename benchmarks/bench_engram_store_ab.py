@@ -78,7 +78,7 @@ def _gate_fwd(e, ceiling, label):
             def run(save=save):
                 return e.engram_gate_fwd(x, kv, wf, eps, clamp, save)
             res = run()
-            digest = _digest(*(res if save else (res,)))
+            digest = _digest(*(r for r in res if r is not None))  # (output, None x 4) without the saved rows
             moved = (x.numel() * 2 + kv.numel()) * 2 + wf.numel() * 4 + (4 * t * hc * 4 if save else 0)
             out.append(bandwidth_record("engram_gate_fwd", {"T": t, "hc": hc, "H": h, "save_for_backward": save,
                                                             "ctas_per_sm": per_sm},
