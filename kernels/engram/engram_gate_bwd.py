@@ -24,21 +24,10 @@ token's second barrier, so the copies of token t+1 fly while token t computes ph
 the own copies, barrier (everyone's copies have landed), phase 1, barrier (the sums), issue the next token's
 copies, phases 2 and 3 (which read grad_out from shared memory too). A token whose copies were not issued one ahead
 (the first, or the one after an image token) issues its own behind a barrier (the slot may still be read by the
-token two back). Groups past STAGED come from global memory, same order, same bits. w is read from global memory
-(L2); H is a runtime value.
-
-Phase 3 takes its steps in pairs, and the thread's x and k vectors of a pair come through a ring in shared memory
-(one slot per step, each thread copying with cp.async only what it reads itself, so its own wait orders them and no
-barrier is needed): right after reading a pair's vectors into registers the thread issues the next pair, and the
-last pair of a token issues the next token's first one, whose loads then fly over that token's barriers, phase 1
-and phase 2. cp.async groups, in issue order per token: [the staged vectors and the first pair, when the token
-starts cold] ... the next token's staged vectors (always committed, possibly empty), then one group per pair. So
-the token's first wait leaves one group (its first pair) in flight, phase 3's first wait one (the next token's
-staged vectors), its later waits none. The ``__syncwarp()`` around a pair's reads is a compiler barrier (as in the
-forward: TileLang's cp.async asm has no memory clobber).
+token two back). Groups past STAGED come from global memory, same order, same bits. x, k and w are read from
+global memory (w's rereads hit L1); H is a runtime value.
 """
 from kernelkiln_contract.engram_gate import GATE_BWD_ACC_GROUPS as ACC_GROUPS
-from kernelkiln_contract.engram_gate import GATE_BWD_PAIR_STEPS as PHASE3_UNROLL
 from kernelkiln_contract.engram_gate import GATE_BWD_SHARED_BYTES
 from kernelkiln_contract.engram_gate import GATE_BWD_STAGED_GROUPS as STAGED
 from kernelkiln_contract.engram_gate import GATE_BWD_THREADS as THREADS
@@ -56,6 +45,7 @@ WARPS_PER_HEAD = 2  # phase 1
 LANES_PER_HEAD = 64  # phase 1: 4-element vectors per group of a head: 64 · 4 = 256
 P1_THREADS = 4 * WARPS_PER_HEAD * 32  # the threads of phase 1 (hc = 4)
 STAGED_VECS = STAGED * LANES_PER_HEAD  # staged 4-element vectors per row
+PHASE3_UNROLL = 2  # phase-3 steps whose loads are issued together
 
 
 def build(p, arch):
@@ -68,8 +58,7 @@ def build(p, arch):
     span = THREADS // hc  # phase 3: threads per head = vectors per step
     acc_vecs = ACC_GROUPS * LANES_PER_HEAD  # 4-element vectors of a head's row summed in shared memory
     slot_elems = (hc + 1) * STAGED_VECS * VEC  # one slot: hc grad_out rows, then the v row
-    ring_elems = PHASE3_UNROLL * THREADS * VEC  # x (and k): one vector per thread and step of a pair
-    assert 2 * 2 * slot_elems + 4 * hc * acc_vecs * VEC + 2 * 2 * ring_elems == GATE_BWD_SHARED_BYTES
+    assert 2 * 2 * slot_elems + 4 * hc * acc_vecs * VEC == GATE_BWD_SHARED_BYTES
     n_x, n_kv, n_w, n_s, n_m, n_p = T.dynamic("n_x, n_kv, n_w, n_s, n_m, n_p")
 
     def fma(a, b, c):
@@ -97,16 +86,6 @@ def build(p, arch):
                         cp8(stage[b * slot_elems + (hh * STAGED_VECS + qv) * VEC], grad_out[(src_row + qv) * VEC])
                     else:
                         cp8(stage[b * slot_elems + (hh * STAGED_VECS + qv) * VEC], kv[(src_row + qv) * VEC])
-
-    @T.macro
-    def issue_pair(ring_x, ring_k, hidden_states, kv, x_base, k_base, c0, own, tid, row_vecs):
-        """The thread's x and k vectors of phase-3 steps 2·c0, 2·c0 + 1 of the rows at x_base, k_base (in vectors)
-        into the ring, one slot per step; then the group is committed."""
-        for u in T.unroll(PHASE3_UNROLL):
-            cc = (c0 * PHASE3_UNROLL + u) * span + own
-            if cc < row_vecs:
-                cp8(ring_x[(u * THREADS + tid) * VEC], hidden_states[(x_base + cc) * VEC])
-                cp8(ring_k[(u * THREADS + tid) * VEC], kv[(k_base + cc) * VEC])
         T.ptx_commit_group()
 
     @T.prim_func
@@ -135,6 +114,8 @@ def build(p, arch):
             gob = T.alloc_local((UNROLL * VEC,), "bfloat16")
             vb = T.alloc_local((UNROLL * VEC,), "bfloat16")
             go4 = T.alloc_local((VEC,), "bfloat16")
+            x4 = T.alloc_local((VEC,), "bfloat16")
+            k4 = T.alloc_local((VEC,), "bfloat16")
             w4 = T.alloc_local((VEC,), "float32")
             p4 = T.alloc_local((VEC,), "float32")
             o4 = T.alloc_local((VEC,), "bfloat16")
@@ -144,10 +125,6 @@ def build(p, arch):
             gv = T.alloc_local((VEC,), "float32")
             sums = T.alloc_shared((2 * hc * WARPS_PER_HEAD,), "float32")
             stage = T.alloc_shared((2 * slot_elems,), "bfloat16")  # two slots of staged grad_out and v
-            ring_x = T.alloc_shared((ring_elems,), "bfloat16")  # phase 3: the thread's own x, k of a step pair
-            ring_k = T.alloc_shared((ring_elems,), "bfloat16")
-            xr = T.alloc_local((PHASE3_UNROLL * VEC,), "bfloat16")
-            kr = T.alloc_local((PHASE3_UNROLL * VEC,), "bfloat16")
             s = T.alloc_var("float32")
             dg = T.alloc_var("float32")
             cx = T.alloc_var("float32")
@@ -166,7 +143,6 @@ def build(p, arch):
             row_vecs = num_groups * LANES_PER_HEAD  # 4-element vectors per row of H
             n_staged = T.min(num_groups, STAGED) * LANES_PER_HEAD
             steps = T.truncdiv(row_vecs + (span - 1), span)
-            pairs = T.truncdiv(steps + (PHASE3_UNROLL - 1), PHASE3_UNROLL)
             hidden = f32(num_groups * (LANES_PER_HEAD * VEC))
             w_row = T.Cast("int64", head) * row_vecs
             p_row = (T.Cast("int64", pid) * hc + head) * row_vecs
@@ -208,13 +184,10 @@ def build(p, arch):
                             for j in T.vectorized(VEC):
                                 grad_kv[(v_row + q0 * THREADS + tid) * VEC + j] = z4[j]
                 else:
-                    if not issued:  # cold: this token's staged vectors, then its first ring pair
+                    if not issued:
                         T.sync_threads()  # the slot may still be read by token t - 2
                         issue_token(stage, grad_out, kv, t, b, tid, n_staged, row_vecs)
-                        T.ptx_commit_group()
-                        T.sync_warp()  # no read of the ring moves below the copies that refill it
-                        issue_pair(ring_x, ring_k, hidden_states, kv, x_row, k_row, 0, own, tid, row_vecs)
-                    T.ptx_wait_group(1)  # the staged vectors; the first ring pair may still fly
+                    T.ptx_wait_group(0)
                     T.sync_threads()  # every thread's copies of this token have landed
                     # 1. G = Σ go·v in the peer's lane order: staged groups from shared memory, the rest from global
                     if tid < P1_THREADS:
@@ -252,7 +225,6 @@ def build(p, arch):
                             nxt = not image_token_mask[t + 1]
                     if nxt:
                         issue_token(stage, grad_out, kv, t + 1, 1 - b, tid, n_staged, row_vecs)
-                    T.ptx_commit_group()  # possibly empty: phase 3's first wait counts it
                     issued = nxt
                     # 2. the gate derivative and the normalization coefficients
                     raw = dot_in[t64 * hc + head]
@@ -287,25 +259,8 @@ def build(p, arch):
                                 o4[j] = T.Cast("bfloat16", gv[j])
                             for j in T.vectorized(VEC):
                                 grad_kv[(v_row + qv) * VEC + j] = o4[j]
-                    # 3. grad_x, grad_k and the weight-gradient terms, a step pair at a time; x and k come from the
-                    # ring (the thread's own copies), the next pair (or the next token's first) refills it at once
-                    for c0 in T.serial(pairs):
-                        if c0 == 0:
-                            T.ptx_wait_group(1)  # the next token's staged vectors were committed after pair 0
-                        else:
-                            T.ptx_wait_group(0)
-                        T.sync_warp()  # no read of the pair moves above its wait
-                        for u in T.unroll(PHASE3_UNROLL):
-                            for j in T.vectorized(VEC):
-                                xr[u * VEC + j] = ring_x[(u * THREADS + tid) * VEC + j]
-                            for j in T.vectorized(VEC):
-                                kr[u * VEC + j] = ring_k[(u * THREADS + tid) * VEC + j]
-                        T.sync_warp()  # ... nor below the copies that refill its slots
-                        if c0 + 1 < pairs:
-                            issue_pair(ring_x, ring_k, hidden_states, kv, x_row, k_row, c0 + 1, own, tid, row_vecs)
-                        elif nxt:
-                            issue_pair(ring_x, ring_k, hidden_states, kv, x_row + hc * row_vecs,
-                                       k_row + (hc + 1) * row_vecs, 0, own, tid, row_vecs)
+                    # 3. grad_x, grad_k and the weight-gradient terms, PHASE3_UNROLL steps at a time
+                    for c0 in T.serial(T.truncdiv(steps + (PHASE3_UNROLL - 1), PHASE3_UNROLL)):
                         for u in T.unroll(PHASE3_UNROLL):
                             cc = (c0 * PHASE3_UNROLL + u) * span + own
                             if cc < row_vecs:
@@ -316,6 +271,10 @@ def build(p, arch):
                                     for j in T.vectorized(VEC):
                                         go4[j] = grad_out[(x_row + cc) * VEC + j]
                                 for j in T.vectorized(VEC):
+                                    x4[j] = hidden_states[(x_row + cc) * VEC + j]
+                                for j in T.vectorized(VEC):
+                                    k4[j] = kv[(k_row + cc) * VEC + j]
+                                for j in T.vectorized(VEC):
                                     w4[j] = weight_fused[(w_row + cc) * VEC + j]
                                 if cc < acc_vecs:
                                     for j in T.vectorized(VEC):
@@ -324,8 +283,8 @@ def build(p, arch):
                                     for j in T.vectorized(VEC):
                                         p4[j] = grad_w_partial[(p_row + cc) * VEC + j]
                                 for j in T.unroll(VEC):
-                                    xf = f32(xr[u * VEC + j])
-                                    kf = f32(kr[u * VEC + j])
+                                    xf = f32(x4[j])
+                                    kf = f32(k4[j])
                                     o4[j] = T.Cast("bfloat16", fma(fma(kf, w4[j], -mul(xf, cx)), dg, f32(go4[j])))
                                     q4[j] = T.Cast("bfloat16", mul(fma(xf, w4[j], -mul(kf, ck)), dg))
                                     p4[j] = fma(mul(dg, xf), kf, p4[j])

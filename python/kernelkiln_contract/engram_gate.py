@@ -24,16 +24,12 @@ GATE_BWD_THREADS = 1024  # phase 1 (the peer's lane order) uses the first 256
 GATE_BWD_ACC_GROUPS = 28  # 256-element groups of a head whose weight-gradient sums live in shared memory (H <= 7168)
 GATE_BWD_UNROLL = 4
 # groups of a token's grad_out rows (all heads) and of its v row staged in shared memory for the next token while
-# this one is computed (H <= 4096 whole), two slots; the CTA's weight-gradient partial row for H <= 7168; and the
-# phase-3 ring below: 80 KB + 112 KB + 32 KB = 224 KB (over the 99 KB of consumer Blackwell, within sm_90a's and
-# sm_100a's 227 KB). Groups beyond are read from global memory, partial sums beyond accumulate in grad_w_partial; same
-# order, same bits.
+# this one is computed (H <= 4096 whole), two slots; and the CTA's weight-gradient partial row for H <= 7168:
+# 80 KB + 112 KB = 192 KB (over the 99 KB of consumer Blackwell, within sm_90a's and sm_100a's 227 KB). Groups beyond
+# are read from global memory, partial sums beyond accumulate in grad_w_partial; same order, same bits.
 GATE_BWD_STAGED_GROUPS = 16
-# phase 3 takes its steps in pairs; the thread's x and k vectors (4 bf16) of the next pair ride in a ring: 32 KB
-GATE_BWD_PAIR_STEPS = 2
 GATE_BWD_SHARED_BYTES = (2 * (GATE_BWD_HC[0] + 1) * GATE_BWD_STAGED_GROUPS * 256 * 2
-                         + GATE_BWD_HC[0] * GATE_BWD_ACC_GROUPS * 256 * 4
-                         + 2 * GATE_BWD_PAIR_STEPS * GATE_BWD_THREADS * 4 * 2)  # 229376
+                         + GATE_BWD_HC[0] * GATE_BWD_ACC_GROUPS * 256 * 4)  # 196608
 
 
 def gate_fwd_num_blocks(num_sms, hc_mult):
