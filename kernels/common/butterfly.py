@@ -4,10 +4,14 @@ thread ends with the same totals and the bits are decided by the offsets, not by
 other phases."""
 
 
-def block_allreduce(T, threads, count, fadd):
+def block_allreduce(T, threads, count, fadd, lowest=1):
     """A macro ``allreduce(acc, red, tx)``: the ``count`` sums in ``acc`` (local) of every thread become the block's
-    totals; ``red`` is a shared scratch of ``count * threads`` fp32, ``fadd`` the (uncontracted) addition."""
+    totals; ``red`` is a shared scratch of ``count * threads`` fp32, ``fadd`` the (uncontracted) addition. With
+    ``lowest`` > 1 (a power of two) the offsets stop there: each thread ends with the total of the threads that share
+    its index modulo ``lowest`` (tl::AllReduce with that scale)."""
+    assert lowest >= 1 and lowest & (lowest - 1) == 0 and lowest < 32
     smem_steps = (threads // 32).bit_length() - 1  # the offsets >= 32
+    warp_steps = 5 - (lowest.bit_length() - 1)  # offsets 16 .. lowest
 
     @T.macro
     def allreduce(acc, red, tx):
@@ -20,7 +24,7 @@ def block_allreduce(T, threads, count, fadd):
             for s in T.unroll(count):
                 acc[s] = fadd(acc[s], red[s * threads + (tx ^ T.shift_right(threads // 2, st))])
         for s in T.unroll(count):
-            for o in T.unroll(5):  # offsets 16 .. 1 within the warp
+            for o in T.unroll(warp_steps):  # offsets 16 .. lowest within the warp
                 acc[s] = fadd(acc[s], T.shfl_xor(acc[s], T.shift_right(16, o)))
 
     return allreduce

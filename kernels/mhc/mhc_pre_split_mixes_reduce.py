@@ -1,9 +1,12 @@
 """mhc_pre_split_mixes_reduce: the scale and base gradients from mhc_pre_split_mixes_bwd's partial rows (spec: the
 contract's doc, kernelkiln_contract.mhc_mixes).
 
-One CTA; thread c owns column c of the concatenated [base (m3) | scale (3)] partials and adds the P rows strictly in
-row order. The partial count and m3 are runtime values (a few hundred loads per thread: latency, not bandwidth).
+One CTA of 128 threads per column of the concatenated [base (m3) | scale (3)] partials, the peer's reduce kernel as
+TileLang 0.1.15 lowers it: thread tx adds the rows tx, tx + 128, ... to +0 in that order, then a xor butterfly over
+the CTA (offsets 64, 32 through shared memory, 16 .. 1 by shuffles; kernels.common.butterfly). The partial count and
+m3 are runtime values.
 """
+from kernels.common.butterfly import block_allreduce
 from kernels.common.passes import THREAD_LEVEL as PASS_CONFIGS  # noqa: F401
 from kernelkiln_contract.mhc_mixes import SPLIT_REDUCE_THREADS as THREADS
 
@@ -21,6 +24,8 @@ def build(p, arch):
     def add(a, b):
         return T.call_extern(f32, "__fadd_rn", a, b)
 
+    allreduce = block_allreduce(T, THREADS, 1, add)
+
     @T.prim_func
     def mhc_pre_split_mixes_reduce(
         mhc_scale_grad_partial: T.Tensor((n_ps,), f32),  # [P, 3]
@@ -30,19 +35,25 @@ def build(p, arch):
         num_partials: T.int32,
         mhc_mult3: T.int32,
     ):
-        with T.Kernel(1, threads=THREADS) as _:
+        with T.Kernel(mhc_mult3 + 3, threads=THREADS) as col:
             tx = T.get_thread_binding()
-            v = T.alloc_var(f32)
+            v = T.alloc_local((1,), f32)
+            red = T.alloc_shared((THREADS,), f32)
             T.pdl_sync()
-            v = T.float32(0)
-            if tx < mhc_mult3:
-                for r in T.serial(num_partials):
-                    v = add(v, mhc_base_grad_partial[r * mhc_mult3 + tx])
-                mhc_base_grad[tx] = v
-            elif tx < mhc_mult3 + 3:
-                for r in T.serial(num_partials):
-                    v = add(v, mhc_scale_grad_partial[r * 3 + tx - mhc_mult3])
-                mhc_scale_grad[tx - mhc_mult3] = v
+            v[0] = T.float32(0)
+            for i in T.serial(T.ceildiv(num_partials, THREADS)):
+                r = i * THREADS + tx
+                if r < num_partials:
+                    if col < mhc_mult3:
+                        v[0] = add(v[0], mhc_base_grad_partial[r * mhc_mult3 + col])
+                    else:
+                        v[0] = add(v[0], mhc_scale_grad_partial[r * 3 + col - mhc_mult3])
+            allreduce(v, red, tx)
+            if tx == 0:
+                if col < mhc_mult3:
+                    mhc_base_grad[col] = v[0]
+                else:
+                    mhc_scale_grad[col - mhc_mult3] = v[0]
             T.pdl_trigger()
 
     return mhc_pre_split_mixes_reduce

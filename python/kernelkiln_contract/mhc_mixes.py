@@ -11,7 +11,9 @@ from kernelkiln_contract._core import OpContract, Param
 MHC_MULTS = (2, 4, 8)  # m sizes the per-thread register rows and unrolls the loops; DeepSeek-V4 uses 4
 SPLIT_BWD_MULTS = (2, 4)  # m = 8: a thread's rows of logits, gradients and 83 accumulators spill past 255 registers
 MIX_THREADS = 128  # the mix kernels: one token per thread, 128 tokens per CTA (per step of the persistent loops)
-SPLIT_REDUCE_THREADS = 128  # one thread per column of the split-mixes partials: m3 + 3 <= 83 for m <= 8
+HEAD_BWD_BLOCK_TOKENS = 32  # the head mix backward's token block (the peer's token_block_size default)
+SPLIT_BWD_BLOCK_TOKENS = 32  # the split mixes backward's token block, one lane each (the peer's default)
+SPLIT_REDUCE_THREADS = 128  # per column of the split-mixes partials: thread tx adds rows tx, tx + 128, ...
 MERGE_FWD_THREADS = 128
 MERGE_BWD_THREADS = 64  # 256 columns per CTA: enough CTAs for a [24, 4·H] weight to fill the GPU
 RMS_THREADS = 128
@@ -58,14 +60,19 @@ Backward of ``mhc_head_compute_mix_fwd``. Per element: ``p = sigmoid(__fmaf_rn(x
 gradients are left as per-CTA partials for the caller to sum (as the peer): ``mhc_scale_grad_partial [P, 1]`` and
 ``mhc_base_grad_partial [P, m]`` (P = num_sms rows, all overwritten; a CTA without tokens writes +0).
 
-Partial order (decides the bits): CTA pid takes the 128-token blocks pid, pid + P, pid + 2P, ... in that order, its
-thread tx token ``128·block + tx``. Each thread accumulates from +0: ``acc_s = __fmaf_rn(gz_j, x_j, acc_s)`` for j =
-0 .. m-1 of each token, and ``acc_b[j] = __fadd_rn(acc_b[j], gz_j)``. Then per warp a xor butterfly ``v = v +
-shfl_xor(v, o)`` for o = 16, 8, 4, 2, 1, and the 4 warps' sums are added in warp order, ``((w0 + w1) + w2) + w3``.
-The peer uses another lane order, so the partials agree with its to rounding; ours are deterministic for a given P.
+Partial order (decides the bits), the peer's (its kernel lowered by TileLang 0.1.15, token_block_size 32): CTA pid
+takes the 32-token blocks pid, pid + P, pid + 2P, ... in that order; thread tx (of 128) the elements ``e = tx, tx +
+128, ...`` (e < 32m) of each block's row-major ``[32, m]`` values, token ``32·block + e // m``, column ``e % m =
+tx % m``. Each thread accumulates from +0 over its elements in that order: ``acc_s = __fmaf_rn(gz, x, acc_s)`` and
+``acc_b = __fadd_rn(acc_b, gz)``. Then xor butterflies over the CTA's threads, ``v = v + v[tx ^ o]``: for the scale
+o = 64, 32, ..., 1 (the total of all threads), for the base o = 64, 32, ..., m (thread j < m holds column j's
+total). So for m = 4 and 8 the partials are the peer's bits. For m = 2 the peer's kernel leaves the scale partial
+unreduced (thread 0's own sum: a defect of its T.Parallel layout with 64 elements on 128 threads); ours reduces it
+(threads 64.. hold +0, which changes no sum), and its base partials equal the peer's.
 
 Compile time: m. Runtime: n, P (the grid; the peer takes it as num_sms and so do we: the partial count is the
-caller's). token_block_size only checked. Launched also for n = 0 (it writes the zero partials).""",
+caller's). token_block_size is only checked (the bits are the peer's at its default, 32). Launched also for n = 0 (it
+writes the zero partials).""",
 )
 
 _SPLIT_FWD_DOC = f"""\
@@ -109,12 +116,15 @@ saved output q (the peer's choice: not recomputed), ``g = __fmul_rn(__fmul_rn(gq
 post_mult)))``; comb columns ``g = gc``. Then ``input_mixes_grad[t, j] = __fmul_rn(g_j, mhc_scale[k])`` (k = min(2,
 j // m)), and per CTA the partials ``base[j] = Σ g_j`` and ``scale[k] = Σ g_j·a_j`` over its tokens.
 
-Partial order (decides the bits): P CTAs (P = the SM count at run time, config.get_num_sms(), as the peer);
-CTA pid takes the 128-token blocks pid, pid + P, ... in order, thread tx token ``128·block + tx``; each thread
-accumulates from +0, per token in column order, ``acc_b[j] = __fadd_rn(acc_b[j], g_j)`` and ``acc_s[k] =
-__fmaf_rn(g_j, a_j, acc_s[k])``; then a warp xor butterfly (``v + shfl_xor(v, o)``, o = 16, 8, 4, 2, 1) and the 4
-warps' sums added in warp order. Partial rows ``[P, 3]`` and ``[P, m3]`` live in a scratch buffer the op allocates.
-The peer's lane order differs, so the parameter gradients agree with its to rounding; deterministic for a given P.
+Partial order (decides the bits), the peer's (its kernel lowered by TileLang 0.1.15, token_block_size 32): P CTAs
+(P = the SM count at run time, config.get_num_sms(), as the peer); CTA pid takes the 32-token blocks pid, pid + P,
+... in order, lane l of its one warp token ``32·block + l``; a lane past the last token computes on a row of zeros
+(the peer's padded loads: its g is +0 unless mhc_base holds a NaN). Per block and column j: ``v = __fadd_rn(+0,
+g_j)`` of every lane, a warp xor butterfly ``v + shfl_xor(v, o)`` (o = 16, 8, 4, 2, 1), then ``base[j] =
+__fadd_rn(base[j], v)`` from +0 over the blocks. Per lane, in column order over its tokens, ``scale[k] =
+__fmaf_rn(g_j, a_j, scale[k])`` from +0, and at the end the same butterfly. Partial rows ``[P, 3]`` and ``[P, m3]``
+live in a scratch buffer the op allocates. The same bits as the peer's partials, and with
+``mhc_pre_split_mixes_reduce`` as its gradients; deterministic for a given P.
 
 Compile time: m (2 or 4: for m = 8 a thread's row of 80 logits, 80 gradients and 83 accumulators does not fit
 in registers). Runtime: n, P, post_mult. Launched also for n = 0 (zero partials, so the gradients are +0).""",
@@ -128,10 +138,10 @@ MHC_PRE_SPLIT_MIXES_REDUCE = OpContract(
           "mhc_mult3"),
     representative={"dtype": "float32"},
     doc="""\
-Second kernel of ``mhc_pre_split_mixes_bwd``: ``mhc_base_grad[j] = (((+0 + p_0[j]) + p_1[j]) + ...) + p_(P-1)[j]``
-over the partial rows in row order (``__fadd_rn``), and the same for the 3 scale columns; the outputs ``[m3]`` and
-``[3]`` are overwritten. One CTA, one thread per column. The row order makes the result independent of the
-tiling, so a CPU reference that adds the rows in turn is bit-exact. Runtime: P and m3.""",
+Second kernel of ``mhc_pre_split_mixes_bwd``, the peer's reduce kernel: one CTA of 128 threads per column of the
+concatenated ``[base (m3) | scale (3)]`` partials; thread tx adds the rows tx, tx + 128, tx + 256, ... to +0 in that
+order (``__fadd_rn``), then a xor butterfly over the CTA, ``v + v[tx ^ o]`` for o = 64, 32, ..., 1; the outputs
+``[m3]`` and ``[3]`` are overwritten. Runtime: P and m3.""",
 )
 
 MHC_FN_NORMW_MERGE_FWD = OpContract(

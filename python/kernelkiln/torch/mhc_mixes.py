@@ -24,8 +24,9 @@ __all__ = ["mhc_head_compute_mix_ref", "mhc_pre_split_mixes_ref", "mhc_pre_norm_
            "mhc_pre_split_mixes_bwd_ref", "mhc_fn_normw_merge_fwd_ref", "mhc_fn_normw_merge_bwd_ref",
            "mhc_reduce_partials_and_rmsnorm_fwd_ref", "mhc_reduce_partials_and_rmsnorm_bwd_ref"]
 
-_THREADS = 128  # tokens per CTA step of the backward kernels (kernelkiln_contract.mhc_mixes.MIX_THREADS)
-_WARPS = _THREADS // 32
+_THREADS = 128  # threads of the head-mix backward and of the split reduce (kernelkiln_contract.mhc_mixes)
+_HEAD_BWD_BLOCK = 32  # the head mix backward's token block (kernelkiln_contract.mhc_mixes.HEAD_BWD_BLOCK_TOKENS)
+_SPLIT_BWD_BLOCK = 32  # the split mixes backward's token block (kernelkiln_contract.mhc_mixes.SPLIT_BWD_BLOCK_TOKENS)
 
 
 # ------------------------------------------------------------------------------------------------ the peer's forms
@@ -93,32 +94,12 @@ def _sigmoid(z):
 
 
 def _butterfly(acc):
-    """The xor butterfly over the last (lane) axis of 32: offsets 16, 8, 4, 2, 1; every lane's sum is the same."""
+    """The xor butterfly over the last (lane) axis of 32: offsets 16, 8, 4, 2, 1 (every lane ends with the same sum:
+    lane 0's is returned)."""
     lanes = torch.arange(32, device=acc.device)
     for off in (16, 8, 4, 2, 1):
         acc = acc + acc[..., lanes ^ off]
     return acc[..., 0]
-
-
-def _per_thread(x, n, num_ctas):
-    """x ``[n, c]`` laid out as the persistent backward kernels walk it: ``[K, P, 128, c]`` where token
-    ``(k·P + pid)·128 + tx`` is thread tx's k-th token in CTA pid; the padding is zeros (the kernels skip it)."""
-    blocks = -(-n // _THREADS)
-    steps = -(-blocks // num_ctas)
-    padded = torch.zeros(steps * num_ctas * _THREADS, x.shape[1], dtype=x.dtype, device=x.device)
-    padded[:n] = x
-    return padded.view(steps, num_ctas, _THREADS, x.shape[1])
-
-
-def _cta_sums(acc):
-    """Per-thread accumulators ``[P, 128, c]`` -> per-CTA sums ``[P, c]``: the butterfly in each warp, then the warps
-    added in order."""
-    p, _, c = acc.shape
-    warps = _butterfly(acc.view(p, _WARPS, 32, c).transpose(2, 3))  # [P, warps, c]
-    total = warps[:, 0]
-    for w in range(1, _WARPS):
-        total = total + warps[:, w]
-    return total
 
 
 def mhc_head_compute_mix_fwd_ref(input_mix, mhc_scale, mhc_base, mhc_pre_eps):
@@ -127,24 +108,48 @@ def mhc_head_compute_mix_fwd_ref(input_mix, mhc_scale, mhc_base, mhc_pre_eps):
     return _sigmoid(z) + _full(mhc_pre_eps, z)
 
 
+def _block_butterfly(acc, lowest=1):
+    """The CTA-wide xor butterfly over the last (thread) axis of 128: ``v + v[tx ^ o]`` for o = 64, 32, ..., lowest."""
+    threads = torch.arange(_THREADS, device=acc.device)
+    off = _THREADS // 2
+    while off >= lowest:
+        acc = acc + acc[..., threads ^ off]
+        off //= 2
+    return acc
+
+
 def mhc_head_compute_mix_bwd_ref(output_mix_grad, input_mix, mhc_scale, mhc_base, num_sms):
     """``(input_mix_grad [n, m], mhc_scale_grad_partial [P, 1], mhc_base_grad_partial [P, m])`` with P = num_sms, in
-    the kernel's order: ``gz = (p·(1 - p))·go``, ``input_mix_grad = gz·s``; thread-serial partials (fma of gz·x over
-    each token's columns in order, plain sums of gz), the warp butterfly, the warps in order."""
+    the kernel's (and the peer's) order: ``gz = (p·(1 - p))·go``, ``input_mix_grad = gz·s``; CTA pid walks the
+    32-token blocks pid, pid + P, ..., thread tx the elements tx, tx + 128, ... of each block's [32, m] values
+    (fma of gz·x, plain sums of gz), then the CTA butterflies (offsets 64 .. 1 for the scale, 64 .. m for the base)."""
     n, m = input_mix.shape
     s = mhc_scale[0]
     p = _sigmoid(fma_f32(input_mix, s, mhc_base))
     gz = (p * (_full(1.0, p) - p)) * output_mix_grad
     grad = gz * s
-    g = _per_thread(gz, n, num_sms)
-    a = _per_thread(input_mix, n, num_sms)
+    block = _HEAD_BWD_BLOCK * m  # elements per token block
+    blocks = -(-n // _HEAD_BWD_BLOCK)
+    steps = -(-blocks // num_sms)
+    per_thread = max(1, block // _THREADS)
+
+    def walk(x):  # [n, m] -> [K, P, elements per thread, 128 threads], padding (skipped by the kernel) zero
+        flat = torch.zeros(steps * num_sms, per_thread * _THREADS, dtype=torch.float32, device=x.device)
+        padded = torch.zeros(steps * num_sms * block, dtype=torch.float32, device=x.device)
+        padded[:n * m] = x.reshape(-1)
+        flat[:, :block] = padded.view(steps * num_sms, block)
+        return flat.view(steps, num_sms, per_thread, _THREADS)
+
+    g, a = walk(gz), walk(input_mix)
     acc_s = torch.zeros(num_sms, _THREADS, dtype=torch.float32, device=input_mix.device)
-    acc_b = torch.zeros(num_sms, _THREADS, m, dtype=torch.float32, device=input_mix.device)
-    for k in range(g.shape[0]):
-        for j in range(m):
-            acc_s = fma_f32(g[k, :, :, j], a[k, :, :, j], acc_s)
-        acc_b = acc_b + g[k]
-    return grad, _cta_sums(acc_s.unsqueeze(-1)), _cta_sums(acc_b)
+    acc_b = torch.zeros(num_sms, _THREADS, dtype=torch.float32, device=input_mix.device)
+    for k in range(steps):
+        for i in range(per_thread):
+            acc_s = fma_f32(g[k, :, i], a[k, :, i], acc_s)
+            acc_b = acc_b + g[k, :, i]
+    scale = _block_butterfly(acc_s)[:, :1]
+    base = _block_butterfly(acc_b, lowest=m)[:, :m]
+    return grad, scale.contiguous(), base.contiguous()
 
 
 def mhc_pre_split_mixes_fwd_ref(input_mixes, mhc_scale, mhc_base, mhc_mult, mhc_post_mult_value, mhc_pre_eps):
@@ -159,36 +164,58 @@ def mhc_pre_split_mixes_fwd_ref(input_mixes, mhc_scale, mhc_base, mhc_mult, mhc_
 
 def mhc_pre_split_mixes_bwd_ref(pre_layer_mix_grad, post_layer_mix_grad, comb_res_mix_grad, input_mixes,
                                 post_layer_mix, mhc_scale, mhc_base, mhc_post_mult_value, num_sms):
-    """``(input_mixes_grad [n, m3], mhc_scale_grad [3], mhc_base_grad [m3])`` in the kernels' order, with P =
-    num_sms partial rows (the op uses config.get_num_sms()): the logit gradient g per column (pre: ``(gp·p)·(1 -
-    p)``, p recomputed; post: ``(gq·q)·(1 - q / post_mult)``, q saved; comb: gc), per thread ``base += g``,
-    ``scale[k] = fma(g, a, scale[k])`` in column order, butterfly, warps in order, then the P rows in order."""
+    """``(input_mixes_grad [n, m3], mhc_scale_grad [3], mhc_base_grad [m3])`` in the kernels' (and the peer's) order,
+    with P = num_sms partial rows (the op uses config.get_num_sms()): the logit gradient g per column (pre: ``(gp·p)·(1
+    - p)``, p recomputed; post: ``(gq·q)·(1 - q / post_mult)``, q saved; comb: gc); CTA pid walks the 32-token blocks
+    pid, pid + P, ..., one token per lane (lanes past the end on rows of zeros); per block the lane butterfly of ``+0 +
+    g`` added to each column's base sum; per lane ``scale[k] = fma(g, a, scale[k])`` in column order, butterflied at
+    the end; then the reduce kernel's order over the P rows."""
     n, m = pre_layer_mix_grad.shape
     m3 = m * (m + 2)
     dev = input_mixes.device
-    one = _full(1.0, post_layer_mix)
-    p = _sigmoid(fma_f32(input_mixes[:, :m], mhc_scale[0], mhc_base[:m]))
-    g_pre = (pre_layer_mix_grad * p) * (one - p)
-    q = post_layer_mix
-    g_post = (post_layer_mix_grad * q) * (one - q / _full(mhc_post_mult_value, q))
-    g = torch.cat([g_pre, g_post, comb_res_mix_grad], dim=1)
-    grad = g * _column_scales(mhc_scale, m)
-    gt = _per_thread(g, n, num_sms)
-    at = _per_thread(input_mixes, n, num_sms)
-    acc_b = torch.zeros(num_sms, _THREADS, m3, dtype=torch.float32, device=dev)
-    acc_s = torch.zeros(num_sms, _THREADS, 3, dtype=torch.float32, device=dev)
-    for k in range(gt.shape[0]):
-        acc_b = acc_b + gt[k]
+    blocks = -(-n // _SPLIT_BWD_BLOCK)
+    steps = -(-blocks // num_sms)
+    rows = max(n, steps * num_sms * _SPLIT_BWD_BLOCK)
+
+    def pad(x):
+        out = torch.zeros(rows, x.shape[1], dtype=torch.float32, device=dev)
+        out[:n] = x
+        return out
+
+    a, q = pad(input_mixes), pad(post_layer_mix)
+    one = _full(1.0, q)
+    p = _sigmoid(fma_f32(a[:, :m], mhc_scale[0], mhc_base[:m]))
+    g_pre = (pad(pre_layer_mix_grad) * p) * (one - p)
+    g_post = (pad(post_layer_mix_grad) * q) * (one - q / _full(mhc_post_mult_value, q))
+    g = torch.cat([g_pre, g_post, pad(comb_res_mix_grad)], dim=1)  # padded rows too: the kernel computes them
+    grad = g[:n] * _column_scales(mhc_scale, m)
+    gt = g[:steps * num_sms * _SPLIT_BWD_BLOCK].view(steps, num_sms, _SPLIT_BWD_BLOCK, m3)
+    at = a[:steps * num_sms * _SPLIT_BWD_BLOCK].view(steps, num_sms, _SPLIT_BWD_BLOCK, m3)
+    live = (torch.arange(steps, device=dev)[:, None] * num_sms + torch.arange(num_sms, device=dev)) < blocks
+    acc_b = torch.zeros(num_sms, m3, dtype=torch.float32, device=dev)
+    acc_s = torch.zeros(num_sms, _SPLIT_BWD_BLOCK, 3, dtype=torch.float32, device=dev)
+    for k in range(steps):
+        block_sums = _butterfly((_full(0.0, gt[k]) + gt[k]).transpose(1, 2))  # [P, m3]
+        acc_b = torch.where(live[k, :, None], acc_b + block_sums, acc_b)
         for j in range(m3):
             grp = min(2, j // m)
-            acc_s[..., grp] = fma_f32(gt[k, :, :, j], at[k, :, :, j], acc_s[..., grp])
-    part_b, part_s = _cta_sums(acc_b), _cta_sums(acc_s)
-    base_grad = torch.zeros(m3, dtype=torch.float32, device=dev)
-    scale_grad = torch.zeros(3, dtype=torch.float32, device=dev)
-    for r in range(num_sms):
-        base_grad = base_grad + part_b[r]
-        scale_grad = scale_grad + part_s[r]
-    return grad, scale_grad, base_grad
+            acc_s[..., grp] = torch.where(live[k, :, None], fma_f32(gt[k, :, :, j], at[k, :, :, j], acc_s[..., grp]),
+                                          acc_s[..., grp])
+    part_s = _butterfly(acc_s.transpose(1, 2))  # [P, 3]
+    return grad, _split_reduce(part_s), _split_reduce(acc_b)
+
+
+def _split_reduce(partials):
+    """The reduce kernel's order over the P rows of ``partials [P, c]``: thread tx adds rows tx, tx + 128, ... to +0,
+    then the CTA butterfly (offsets 64 .. 1)."""
+    p, c = partials.shape
+    steps = -(-p // _THREADS)
+    padded = torch.zeros(steps * _THREADS, c, dtype=torch.float32, device=partials.device)
+    padded[:p] = partials
+    acc = torch.zeros(_THREADS, c, dtype=torch.float32, device=partials.device)
+    for i in range(steps):
+        acc = acc + padded[i * _THREADS:(i + 1) * _THREADS]
+    return _block_butterfly(acc.t())[:, 0].contiguous()
 
 
 def mhc_fn_normw_merge_fwd_ref(fn, normw):
