@@ -120,7 +120,7 @@ def _try(records, label, fn):
 def _sinkhorn(e, ceiling, label, rows):
     out = []
     parts = 3 * torch.cuda.get_device_properties(0).multi_processor_count
-    for d in (5120, 256):
+    for d in (5120, 2560, 256):  # 128, 64 and 32 threads per row (sinkhorn_threads)
         g = torch.Generator(device="cuda").manual_seed(d)
         partial, col_sumsq = torch.rand(parts, d, device="cuda", generator=g), torch.empty(d, device="cuda")
 
