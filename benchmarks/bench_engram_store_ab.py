@@ -152,23 +152,27 @@ def main():
     p.add_argument("--label", default="wheel")
     p.add_argument("--out", required=True)
     p.add_argument("--rows", type=int, default=100001)
+    p.add_argument("--only", choices=("gate_fwd", "gate_bwd", "reductions"), help="time one group of ops")
     args = p.parse_args()
     ceiling = copy_ceiling_gbs()
     records = [{"name": "copy_ceiling", "label": args.label, "bandwidth_gbs": round(ceiling, 1)}]
     e = kernelkiln.engram
-    try:
-        records += _gate_fwd(e, ceiling, args.label)
-    except (kernelkiln.MissingSpecializationError, StopIteration) as err:
-        print(f"{args.label}: gate fwd skipped ({err!r})", flush=True)
-    try:
-        records += _gate_bwd(e, ceiling, args.label)
-    except kernelkiln.MissingSpecializationError as err:
-        print(f"{args.label}: skipped ({str(err).splitlines()[0]})", flush=True)
-    try:
-        records += _grad_w_reduce(e, ceiling, args.label)
-    except kernelkiln.MissingSpecializationError as err:  # an experiment store may hold only some ops
-        print(f"{args.label}: skipped ({str(err).splitlines()[0]})", flush=True)
-    records += _sinkhorn(e, ceiling, args.label, args.rows)
+    if args.only in (None, "gate_fwd"):
+        try:
+            records += _gate_fwd(e, ceiling, args.label)
+        except (kernelkiln.MissingSpecializationError, StopIteration) as err:
+            print(f"{args.label}: gate fwd skipped ({err!r})", flush=True)
+    if args.only in (None, "gate_bwd"):
+        try:
+            records += _gate_bwd(e, ceiling, args.label)
+        except kernelkiln.MissingSpecializationError as err:
+            print(f"{args.label}: skipped ({str(err).splitlines()[0]})", flush=True)
+    if args.only in (None, "reductions"):
+        try:
+            records += _grad_w_reduce(e, ceiling, args.label)
+        except kernelkiln.MissingSpecializationError as err:  # an experiment store may hold only some ops
+            print(f"{args.label}: skipped ({str(err).splitlines()[0]})", flush=True)
+        records += _sinkhorn(e, ceiling, args.label, args.rows)
     Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
 
 

@@ -3,7 +3,8 @@
 # wheel into /tmp/tk-site: bench_store_ab.py runs once with the wheel's own store ("base") and once per
 # store folder under STORES_DIR, alternating over ROUNDS rounds, so every store sees the same machine state.
 # A folder whose name ends in -r<N> holds rows=N variants. JSON per run and one log go to $OUT/ab/. AB_SCRIPT
-# picks another A/B script with the same arguments (--label, --out), e.g. bench_engram_store_ab.py.
+# picks another A/B script with the same arguments (--label, --out), e.g. bench_engram_store_ab.py; AB_ARGS adds
+# arguments to every run (e.g. "--only gate_bwd").
 #
 #   STORES_DIR=.gpu-carry/exp ROUNDS=2 bash benchmarks/run_store_ab.sh
 set -uo pipefail
@@ -20,7 +21,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     env_dir=()
     [ "$label" != base ] && env_dir=(KERNELKILN_KERNEL_DIR="$store")
     echo "== round $round: $label"
-    env "${env_dir[@]}" PYTHONPATH=/tmp/tk-site python3 "$script" --label "$label" "${rows[@]}" \
+    env "${env_dir[@]}" PYTHONPATH=/tmp/tk-site python3 "$script" --label "$label" "${rows[@]}" ${AB_ARGS:-} \
       --out "$OUT/ab/$label-$round.json" 2>&1 | tail -n 8
   done
 done 2>&1 | tee "$OUT/ab/ab.log"
