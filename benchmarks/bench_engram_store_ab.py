@@ -61,15 +61,24 @@ def _fwd_ctas_per_sm(key):
     return min((228 * 1024) // (smem + 1024), 65536 // regs)
 
 
+GATE_T, GATE_HC, GATE_EPS, GATE_CLAMP = 8192, 4, 1e-20, 1e-6
+
+
+def _gate_inputs():
+    """(H, x, kv, fused weight, generator) of the gate cases, seeded by H."""
+    for h in (4096, 2560, 7168):
+        g = torch.Generator(device="cuda").manual_seed(h)
+        x = torch.randn(GATE_T, GATE_HC, h, device="cuda", generator=g).bfloat16()
+        kv = torch.randn(GATE_T, GATE_HC + 1, h, device="cuda", generator=g).bfloat16()
+        wf = torch.randn(GATE_HC, h, device="cuda", generator=g).bfloat16().float()
+        yield h, x, kv, wf, g
+
+
 def _gate_fwd(e, ceiling, label):
     from kernelkiln.engram import _engram_gate_fwd as fwd
     out = []
-    t, hc, eps, clamp = 8192, 4, 1e-20, 1e-6
-    for h in (4096, 2560, 7168):
-        g = torch.Generator(device="cuda").manual_seed(h)
-        x = torch.randn(t, hc, h, device="cuda", generator=g).bfloat16()
-        kv = torch.randn(t, hc + 1, h, device="cuda", generator=g).bfloat16()
-        wf = torch.randn(hc, h, device="cuda", generator=g).bfloat16().float()
+    t, hc, eps, clamp = GATE_T, GATE_HC, GATE_EPS, GATE_CLAMP
+    for h, x, kv, wf, _ in _gate_inputs():
         for save in (False, True):
             key = f"engram_gate_fwd(hc_mult={hc},save_for_backward={int(save)},has_image_token_mask=0,inplace=0)"
             per_sm = _fwd_ctas_per_sm(key)
@@ -88,12 +97,8 @@ def _gate_fwd(e, ceiling, label):
 
 def _gate_bwd(e, ceiling, label):
     out = []
-    t, hc, eps, clamp = 8192, 4, 1e-20, 1e-6
-    for h in (4096, 2560, 7168):
-        g = torch.Generator(device="cuda").manual_seed(h)
-        x = torch.randn(t, hc, h, device="cuda", generator=g).bfloat16()
-        kv = torch.randn(t, hc + 1, h, device="cuda", generator=g).bfloat16()
-        wf = torch.randn(hc, h, device="cuda", generator=g).bfloat16().float()
+    t, hc, eps, clamp = GATE_T, GATE_HC, GATE_EPS, GATE_CLAMP
+    for h, x, kv, wf, g in _gate_inputs():
         go = torch.randn(t, hc, h, device="cuda", generator=g).bfloat16()
         _, dot, gate, rx, rk = e.engram_gate_fwd(x, kv, wf, eps, clamp)
         masks = {"none": None, "every 7th": torch.arange(t, device="cuda") % 7 == 3}
