@@ -175,7 +175,7 @@ def mhc_pre_split_mixes_bwd_ref(pre_layer_mix_grad, post_layer_mix_grad, comb_re
     dev = input_mixes.device
     blocks = -(-n // _SPLIT_BWD_BLOCK)
     steps = -(-blocks // num_sms)
-    rows = max(n, steps * num_sms * _SPLIT_BWD_BLOCK)
+    rows = steps * num_sms * _SPLIT_BWD_BLOCK  # >= n
 
     def pad(x):
         out = torch.zeros(rows, x.shape[1], dtype=torch.float32, device=dev)
