@@ -30,14 +30,32 @@ def _median_us_per_call(run_once, calls, reps):
     return statistics.median(samples)
 
 
+def _end_failed_capture():
+    """Leave torch's CUDA RNG as a successful capture leaves it. A capture that fails at its end (a host sync inside
+    it) never runs the generators' capture epilogue, so every later random op in the process would raise "Offset
+    increment outside graph capture encountered unexpectedly"; a trivial capture that succeeds runs it."""
+    scratch = torch.zeros(1, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scratch.add_(1)
+    torch.cuda.synchronize()
+
+
 def graph_time_us(fn, calls=DEFAULT_CALLS, reps=DEFAULT_REPS):
-    """Median device time per call of ``fn`` from CUDA-graph replays."""
+    """Median device time per call of ``fn`` from CUDA-graph replays. If ``fn`` cannot be captured the capture's
+    error is raised, with torch's RNG and the caller's stream as they were (callers fall back to events)."""
     fn()  # first call outside the capture: lazy module loads and allocator growth are not capturable
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
+    stream = torch.cuda.current_stream()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception:
+        torch.cuda.set_stream(stream)  # a capture that failed at its end left its side stream current
+        _end_failed_capture()
+        raise
     graph.replay()  # a warm replay, so the first timed one does not pay for the graph's upload
     torch.cuda.synchronize()
     return _median_us_per_call(graph.replay, calls, reps)
@@ -55,25 +73,11 @@ def event_time_us(fn, calls=DEFAULT_CALLS, reps=DEFAULT_REPS):
     return _median_us_per_call(run_once, calls, reps)
 
 
-def _end_failed_capture():
-    """Leave torch's CUDA RNG as a successful capture leaves it. A capture that fails at its end (a host sync inside
-    it) never runs the generators' capture epilogue, so every later random op in the process would raise "Offset
-    increment outside graph capture encountered unexpectedly"; a trivial capture that succeeds runs it."""
-    scratch = torch.zeros(1, device="cuda")
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        scratch.add_(1)
-    torch.cuda.synchronize()
-
-
 def device_time_us(fn, calls=DEFAULT_CALLS, reps=DEFAULT_REPS):
     """``graph_time_us``, or ``event_time_us`` where ``fn`` cannot be captured. A real error in ``fn`` still raises:
     the eager path calls it again."""
-    stream = torch.cuda.current_stream()
     try:
         return graph_time_us(fn, calls, reps)
     except Exception:  # noqa: BLE001 - capture failures come as many exception types
-        torch.cuda.set_stream(stream)  # a capture that failed at its end left its side stream current
         torch.cuda.synchronize()
-        _end_failed_capture()
         return event_time_us(fn, calls, reps)
