@@ -93,29 +93,21 @@ def _sigmoid(z):
     return one / (one + torch.exp(-z))
 
 
-def _butterfly(acc):
-    """The xor butterfly over the last (lane) axis of 32: offsets 16, 8, 4, 2, 1 (every lane ends with the same sum:
-    lane 0's is returned)."""
-    lanes = torch.arange(32, device=acc.device)
-    for off in (16, 8, 4, 2, 1):
-        acc = acc + acc[..., lanes ^ off]
-    return acc[..., 0]
+def _butterfly(acc, lowest=1):
+    """The xor butterfly over the last (thread) axis, 32 lanes or a CTA's 128 threads: ``v + v[t ^ o]`` for o = half
+    the axis, ..., lowest. With lowest 1 every thread ends with the same sum."""
+    threads = torch.arange(acc.shape[-1], device=acc.device)
+    off = acc.shape[-1] // 2
+    while off >= lowest:
+        acc = acc + acc[..., threads ^ off]
+        off //= 2
+    return acc
 
 
 def mhc_head_compute_mix_fwd_ref(input_mix, mhc_scale, mhc_base, mhc_pre_eps):
     """``output_mix = sigmoid(fma(x, s, b)) + eps`` in the kernel's steps."""
     z = fma_f32(input_mix, mhc_scale[0], mhc_base)
     return _sigmoid(z) + _full(mhc_pre_eps, z)
-
-
-def _block_butterfly(acc, lowest=1):
-    """The CTA-wide xor butterfly over the last (thread) axis of 128: ``v + v[tx ^ o]`` for o = 64, 32, ..., lowest."""
-    threads = torch.arange(_THREADS, device=acc.device)
-    off = _THREADS // 2
-    while off >= lowest:
-        acc = acc + acc[..., threads ^ off]
-        off //= 2
-    return acc
 
 
 def mhc_head_compute_mix_bwd_ref(output_mix_grad, input_mix, mhc_scale, mhc_base, num_sms):
@@ -147,8 +139,8 @@ def mhc_head_compute_mix_bwd_ref(output_mix_grad, input_mix, mhc_scale, mhc_base
         for i in range(per_thread):
             acc_s = fma_f32(g[k, :, i], a[k, :, i], acc_s)
             acc_b = acc_b + g[k, :, i]
-    scale = _block_butterfly(acc_s)[:, :1]
-    base = _block_butterfly(acc_b, lowest=m)[:, :m]
+    scale = _butterfly(acc_s)[:, :1]
+    base = _butterfly(acc_b, lowest=m)[:, :m]
     return grad, scale.contiguous(), base.contiguous()
 
 
@@ -195,13 +187,13 @@ def mhc_pre_split_mixes_bwd_ref(pre_layer_mix_grad, post_layer_mix_grad, comb_re
     acc_b = torch.zeros(num_sms, m3, dtype=torch.float32, device=dev)
     acc_s = torch.zeros(num_sms, _SPLIT_BWD_BLOCK, 3, dtype=torch.float32, device=dev)
     for k in range(steps):
-        block_sums = _butterfly((_full(0.0, gt[k]) + gt[k]).transpose(1, 2))  # [P, m3]
+        block_sums = _butterfly((_full(0.0, gt[k]) + gt[k]).transpose(1, 2))[..., 0]  # [P, m3]
         acc_b = torch.where(live[k, :, None], acc_b + block_sums, acc_b)
         for j in range(m3):
             grp = min(2, j // m)
             acc_s[..., grp] = torch.where(live[k, :, None], fma_f32(gt[k, :, :, j], at[k, :, :, j], acc_s[..., grp]),
                                           acc_s[..., grp])
-    part_s = _butterfly(acc_s.transpose(1, 2))  # [P, 3]
+    part_s = _butterfly(acc_s.transpose(1, 2))[..., 0]  # [P, 3]
     return grad, _split_reduce(part_s), _split_reduce(acc_b)
 
 
@@ -215,7 +207,7 @@ def _split_reduce(partials):
     acc = torch.zeros(_THREADS, c, dtype=torch.float32, device=partials.device)
     for i in range(steps):
         acc = acc + padded[i * _THREADS:(i + 1) * _THREADS]
-    return _block_butterfly(acc.t())[:, 0].contiguous()
+    return _butterfly(acc.t())[:, 0].contiguous()
 
 
 def mhc_fn_normw_merge_fwd_ref(fn, normw):
