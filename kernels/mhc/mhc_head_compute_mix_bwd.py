@@ -66,8 +66,7 @@ def build(p, arch):
             tx = T.get_thread_binding()
             acc_s = T.alloc_local((1,), f32)
             acc_b = T.alloc_local((1,), f32)
-            red_s = T.alloc_shared((THREADS,), f32)
-            red_b = T.alloc_shared((THREADS,), f32)
+            red = T.alloc_shared((THREADS,), f32)  # the butterflies' scratch, the scale's then the base's
             pz = T.alloc_var(f32)
             gz = T.alloc_var(f32)
             T.pdl_sync()
@@ -88,9 +87,9 @@ def build(p, arch):
                             input_mix_grad[idx] = mul(gz, s)
                             acc_s[0] = fma(gz, a, acc_s[0])
                             acc_b[0] = add(acc_b[0], gz)
-            scale_sum(acc_s, red_s, tx)
-            T.sync_threads()  # TileLang may place red_b over red_s: the scale's last reads come first
-            base_sum(acc_b, red_b, tx)
+            scale_sum(acc_s, red, tx)
+            T.sync_threads()  # the scale's last reads of red come before the base's first writes
+            base_sum(acc_b, red, tx)
             if tx == 0:
                 mhc_scale_grad_partial[pid] = acc_s[0]
             if tx < m:
