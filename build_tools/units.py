@@ -11,8 +11,8 @@ own, so a kernel's SASS does not depend on its unit (tests/build/test_units.py c
 Pooling: a unit costs ~1.4 s of nvcc before its first kernel (the headers; the smallest of the 138 units of a cold
 default build took 1.40 s), so the 21 one-variant mHC ops alone cost ~57 s of CPU over the two arches. TileLang's
 helpers in the preambles are include-guarded and each body has a namespace, so members of different ops share a
-unit as members of one op do. The price: a small op that gains or loses a variant moves its family's pooled chunks, so those few
-units compile again.
+unit as members of one op do. The price: a small op that gains or loses a variant moves its family's pooled
+chunks, so those few units compile again.
 
 A unit's members are a deterministic function of the manifest (the group's variants sorted by stem,
 cut into chunks), never of a shard or a lowering result: shards build whole units, so

@@ -66,9 +66,10 @@ takes the 32-token blocks pid, pid + P, pid + 2P, ... in that order; thread tx (
 tx % m``. Each thread accumulates from +0 over its elements in that order: ``acc_s = __fmaf_rn(gz, x, acc_s)`` and
 ``acc_b = __fadd_rn(acc_b, gz)``. Then xor butterflies over the CTA's threads, ``v = v + v[tx ^ o]``: for the scale
 o = 64, 32, ..., 1 (the total of all threads), for the base o = 64, 32, ..., m (thread j < m holds column j's
-total). So for m = 4 and 8 the partials are the peer's bits. For m = 2 the peer's kernel leaves the scale partial
-unreduced (thread 0's own sum: a defect of its T.Parallel layout with 64 elements on 128 threads); ours reduces it
-(threads 64.. hold +0, which changes no sum), and its base partials equal the peer's.
+total). This is the order of the peer's lowered kernel for m = 2, 4 and 8; at m = 4 the partials were compared
+with the peer's on the H200 and are bitwise equal (scripts/diag_mhc_bitwise.py, run 2026-12-04-acd31f2883). For m
+= 2 the peer's kernel leaves the scale partial unreduced (thread 0's own sum: a defect of its T.Parallel layout
+with 64 elements on 128 threads); ours reduces it (threads 64.. hold +0, which changes no sum).
 
 Compile time: m. Runtime: n, P (the grid; the peer takes it as num_sms and so do we: the partial count is the
 caller's). token_block_size is only checked (the bits are the peer's at its default, 32). Launched also for n = 0 (it
@@ -123,8 +124,9 @@ Partial order (decides the bits), the peer's (its kernel lowered by TileLang 0.1
 g_j)`` of every lane, a warp xor butterfly ``v + shfl_xor(v, o)`` (o = 16, 8, 4, 2, 1), then ``base[j] =
 __fadd_rn(base[j], v)`` from +0 over the blocks. Per lane, in column order over its tokens, ``scale[k] =
 __fmaf_rn(g_j, a_j, scale[k])`` from +0, and at the end the same butterfly. Partial rows ``[P, 3]`` and ``[P, m3]``
-live in a scratch buffer the op allocates. The same bits as the peer's partials, and with
-``mhc_pre_split_mixes_reduce`` as its gradients; deterministic for a given P.
+live in a scratch buffer the op allocates. Deterministic for a given P; at m = 4 the gradients (after
+``mhc_pre_split_mixes_reduce``) were compared with the peer's on the H200 and are bitwise equal
+(scripts/diag_mhc_bitwise.py, run 2026-12-04-acd31f2883).
 
 Compile time: m (2 or 4: for m = 8 a thread's row of 80 logits, 80 gradients and 83 accumulators does not fit
 in registers). Runtime: n, P, post_mult. Launched also for n = 0 (zero partials, so the gradients are +0).""",
