@@ -100,14 +100,11 @@ def mutate(func):
     except (OSError, TypeError):  # no source to key on: TileLang's own path
         return eager_ast.mutate(func)
     entry = _cache.get(key)
-    if entry is not None:
-        code, source, hints, evals = entry
-        if all(_answer(_evaluate(expr, nonlocals, func.__globals__)) == answer for expr, answer in evals):
-            return eager_ast.IRGenerator(gen=_closure(code, func, nonlocals), source=source,
-                                         extra_type_hints=dict(hints))
-    evals = []
-    code, source, hints = _rewrite(func, nonlocals, evals)
-    _cache[key] = (code, source, hints, evals)
+    if entry is None or not all(_answer(_evaluate(expr, nonlocals, func.__globals__)) == answer
+                                for expr, answer in entry[3]):
+        evals = []
+        entry = _cache[key] = (*_rewrite(func, nonlocals, evals), evals)
+    code, source, hints, _ = entry
     return eager_ast.IRGenerator(gen=_closure(code, func, nonlocals), source=source, extra_type_hints=dict(hints))
 
 
