@@ -20,16 +20,17 @@ GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS 
 # CTAs an SM holds, from shared memory: sm_90a and sm_100a have 228 KB per SM and reserve 1 KB per CTA (their 64 K
 # registers allow 17 one-warp CTAs up to 120 registers a thread; the kernel takes about 96)
 GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 17
-GATE_BWD_THREADS = 1024  # phase 1 (the peer's lane order) uses the first 256
-GATE_BWD_ACC_GROUPS = 28  # 256-element groups of a head whose weight-gradient sums live in shared memory (H <= 7168)
-GATE_BWD_UNROLL = 4
-# groups of a token's grad_out rows (all heads) and of its v row staged in shared memory for the next token while
-# this one is computed (H <= 4096 whole), two slots; and the CTA's weight-gradient partial row for H <= 7168:
-# 80 KB + 112 KB = 192 KB (over the 99 KB of consumer Blackwell, within sm_90a's and sm_100a's 227 KB). Groups beyond
-# are read from global memory, partial sums beyond accumulate in grad_w_partial; same order, same bits.
-GATE_BWD_STAGED_GROUPS = 16
-GATE_BWD_SHARED_BYTES = (2 * (GATE_BWD_HC[0] + 1) * GATE_BWD_STAGED_GROUPS * 256 * 2
-                         + GATE_BWD_HC[0] * GATE_BWD_ACC_GROUPS * 256 * 4)  # 196608
+GATE_BWD_THREADS = 256  # two warps per head (hc 4): the peer's lane order for G
+GATE_BWD_REG_GROUPS = 32  # 256-element groups of a head whose weight-gradient sums a thread keeps in registers
+GATE_BWD_TILE_GROUPS = 4  # groups of x, k and w per tile
+GATE_BWD_TILE_SLOTS = 3  # tile slots in shared memory: SLOTS - 1 tiles in flight ahead of the one computed
+# groups of a token's grad_out rows (all heads) and of its v row staged in shared memory (H <= 8192 whole); with the
+# x/k/w tile slots 176 KB (over the 99 KB of consumer Blackwell, within sm_90a's and sm_100a's 227 KB). Groups
+# beyond are read from global memory, their weight-gradient sums accumulate in grad_w_partial; same order, same bits.
+GATE_BWD_STAGED_GROUPS = 32
+GATE_BWD_SHARED_BYTES = ((GATE_BWD_HC[0] + 1) * GATE_BWD_STAGED_GROUPS * 256 * 2
+                         + GATE_BWD_TILE_SLOTS * GATE_BWD_HC[0] * GATE_BWD_TILE_GROUPS * 256 * (2 + 2 + 4)
+                         + 4 * 2 * GATE_BWD_HC[0] * 2)  # 180288
 
 
 def gate_fwd_num_blocks(num_sms, hc_mult):
@@ -110,8 +111,8 @@ G = S_0 + S_1. The fma forms above are the ones nvcc contracts the peer's expres
 weight-gradient term.
 
 Compile time: hc and whether a mask is given. Runtime: T, H (any multiple of 256 from 512), s, clamp_value and P.
-A thread keeps the weight-gradient sums of its elements of the first 28 groups (H <= 7168) in registers and those of
-the groups beyond in its own row of grad_w_partial (read, fma, written back per token): same order, any H.
+A thread keeps the weight-gradient sums of its elements of the first 32 groups (H <= 8192) in registers and those of
+the groups beyond in its own elements of grad_w_partial (read, fma, written back per token): same order, any H.
 """
 
 ENGRAM_GATE_BWD = OpContract(
