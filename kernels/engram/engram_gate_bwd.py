@@ -4,17 +4,18 @@ Thread level, because the bits of G = Σ go·v and of the weight-gradient partia
 which elements in which order. One CTA of 256 threads per partial row p (P = the SM count at run time), contiguous
 tokens per CTA, two warps per head, thread (head h, o = tid % 64). The memory parallelism comes from cp.async tiles
 in shared memory, not from threads: the earlier 1024-thread kernel issued plain loads and stayed latency-bound, and
-this one is 4 % faster at H 4096 and 18 % at H 7168 (benchmarks/results/TARGETS.md, issue 16).
+this one is faster at every model shape (figures: benchmarks/results/TARGETS.md, issue 16).
 
 Per token t (G = H / 256 groups; the first STAGED = 32 groups, H <= 8192, staged in shared memory):
 
 1. G in the peer's lane order: thread o owns the 4-element vectors c·64 + o of its head's row (c-major serial fma,
-   xor butterfly, lane 0 stores the warp's sum; barrier; G = S_0 + S_1). grad_out arrives in two halves [0, G0)
-   and [G0, Gs) of own-vector copies; the first half and v were issued by token t - 1. Issue the second half,
-   wait for the first, sum it, wait, sum the second, then the groups past Gs from global memory.
-2. Issue the next token's v (its old value is dead after the barrier) and the first AHEAD x/k/w tiles; dg and the
-   coefficients; grad_v by every thread over 4-element vectors from the staged grad_out of all heads (the fma
-   chain over the heads; any mapping gives the same bits).
+   xor butterfly, lane 0 stores the warp's sum; barrier; G = S_0 + S_1). grad_out arrives in two parts of
+   own-vector copies, [0, G0) (the groups token t - 1's last tile does not read, issued before that tile) and
+   [G0, Gs) (issued after it, with this token's first AHEAD x/k/w tiles behind it). Wait for the first part, sum
+   it, wait for the second (the tiles may still fly), sum it, then the groups past Gs from global memory.
+2. Issue the next token's v (its old value is dead after the barrier); dg and the coefficients; grad_v by every
+   thread over 4-element vectors from the staged grad_out of all heads (the fma chain over the heads; any mapping
+   gives the same bits).
 3. x, k and w in tiles of TILE groups in SLOTS slots, AHEAD tiles in flight. This phase is elementwise (and each
    weight-gradient sum is a chain over the tokens), so it owns wider vectors: 8 elements c2·512 + 8·o, copied by
    their own thread with 16-byte cp.async (not through L1: 8-byte copies allocate L1 lines, and A/Bs of the shared
@@ -22,12 +23,13 @@ Per token t (G = H / 256 groups; the first STAGED = 32 groups, H <= 8192, staged
    fma(dg·x, k, acc). The sums of the first REG = 32 groups live in registers (tiles and vectors unrolled, so the
    indices are constants; a full tile has no per-vector tests), those beyond in the thread's own elements of
    grad_w_partial (read, fma, write per token; same order). Before the last tile: wait for everything, barrier
-   (v has landed for every thread; phases 2 and 3 are done reading the first grad_out half except the last tile
-   itself), then issue the next token's first half, unless the last tile still reads those groups (G <= TILE:
-   issued after it, behind a barrier).
+   (v has landed for every thread; phases 2 and 3 are done reading grad_out except the last tile's groups), then
+   issue the next token's first part. After the last tile: barrier, the second part and the first tiles (the
+   slots are the thread's own, so they need no barrier; issued here rather than in phase 2, the tiles land during
+   phases 1 and 2: 3.6 % at H 4096, 6 % at H 2560, A/B in benchmarks/results/TARGETS.md).
 
-Image tokens copy grad_out to grad_x and zero grad_kv from global memory while the next token's v and first half
-fly. H is a runtime value, like T, s, clamp_value and P.
+Image tokens copy grad_out to grad_x and zero grad_kv from global memory, 16-byte vectors, four loads in flight per
+thread, while the next token's v, grad_out and first tiles fly. H is a runtime value, like T, s, clamp_value and P.
 """
 from kernelkiln_contract.engram_gate import GATE_BWD_REG_GROUPS as REG
 from kernelkiln_contract.engram_gate import GATE_BWD_SHARED_BYTES
@@ -47,6 +49,7 @@ VEC = 4  # elements per vector (phase 1, grad_v)
 PVEC = 8  # elements per vector of phase 3 (one 16-byte bf16 copy)
 AHEAD = SLOTS - 1  # x/k/w tiles in flight ahead of the one computed
 WARPS_PER_HEAD = 2
+COPY_BATCH = 4  # an image token's 8-element vectors in flight per thread
 LANES_PER_HEAD = 64  # 4-element vectors per group of a head: 64 · 4 = 256
 
 
@@ -125,6 +128,16 @@ def build(p, arch):
         T.ptx_commit_group()
 
     @T.macro
+    def issue_first_tiles(x_s, k_s, w_s, hidden_states, kv, weight_fused, t64, n_tiles, num_groups, head, own,
+                          row_vecs):
+        """Token t64's first AHEAD tiles, one group each (an empty group past the last tile keeps the counts)."""
+        for a in T.unroll(AHEAD):
+            if a < n_tiles:
+                issue_tile(x_s, k_s, w_s, hidden_states, kv, weight_fused, t64, a, num_groups, head, own, row_vecs)
+            else:
+                T.ptx_commit_group()
+
+    @T.macro
     def group_step(bufs, t64, i, u, num_groups, head, own, row_vecs, p_row, dg, ncx, nck, from_regs, guard):
         """grad_x, grad_k and the weight-gradient terms of the thread's 8-element vector of chunk c2 = i·TILE/2 + u
         (elements c2·512 + 8·o ..., o = tid % 64): the sums in registers (c2 < REG/2; i and u unrolled, so the
@@ -189,6 +202,27 @@ def build(p, arch):
                 grad_kv[k_dst + j] = q8[j]
 
     @T.macro
+    def copy_image_token(grad_out, grad_x, grad_kv, mc, z8, x_el, k_el, num_groups, own, row_vecs):
+        """An image token's rows of the thread's head: grad_x = grad_out, grad_k = 0, over its own 8-element vectors
+        (as phase 3's), COPY_BATCH of them loaded before any is stored: the stores may alias the loads for the
+        compiler, so one vector per round trip was the alternative."""
+        h_el = row_vecs * VEC
+        n_chunks = T.truncdiv(num_groups + 1, 2)
+        for c0 in T.serial(T.truncdiv(n_chunks + (COPY_BATCH - 1), COPY_BATCH)):
+            for u in T.unroll(COPY_BATCH):
+                e = (c0 * COPY_BATCH + u) * 512 + PVEC * own
+                if e < h_el:
+                    for j in T.vectorized(PVEC):
+                        mc[u * PVEC + j] = grad_out[x_el + e + j]
+            for u in T.unroll(COPY_BATCH):
+                e = (c0 * COPY_BATCH + u) * 512 + PVEC * own
+                if e < h_el:
+                    for j in T.vectorized(PVEC):
+                        grad_x[x_el + e + j] = mc[u * PVEC + j]
+                    for j in T.vectorized(PVEC):
+                        grad_kv[k_el + e + j] = z8[j]
+
+    @T.macro
     def staged_dot(go_s, v_s, gob, vb, s, c_lo, c_hi, head, own):
         """s += go·v over the staged groups [c_lo, c_hi) (c_lo < c_hi), serially c-major; the loads of four groups
         at a time, clamped into the range (the fma of a clamped group is not taken)."""
@@ -206,10 +240,9 @@ def build(p, arch):
 
     @T.macro
     def tile_head(x_s, k_s, w_s, go_s, hidden_states, kv, weight_fused, grad_out, t, t64, i, n_tiles, num_groups,
-                  head, own, row_vecs, nxt, late, g0):
+                  head, own, row_vecs, nxt, g0):
         """Before tile i's math: issue tile i + AHEAD (or an empty group, so the count stays) and wait for tile i;
-        before the last, wait for everything, barrier, and issue the next token's first grad_out half unless the
-        last tile still reads it."""
+        before the last, wait for everything, barrier, and issue the next token's first grad_out part [0, g0)."""
         if i + 1 < n_tiles:
             if i + AHEAD < n_tiles:
                 issue_tile(x_s, k_s, w_s, hidden_states, kv, weight_fused, t64, i + AHEAD, num_groups, head, own,
@@ -219,8 +252,8 @@ def build(p, arch):
             T.ptx_wait_group(AHEAD)
         else:
             T.ptx_wait_group(0)
-            T.sync_threads()  # v landed for all; the grad_v pass is done with grad_out
-            if nxt and not late:
+            T.sync_threads()  # v landed for all; the grad_v pass and the earlier tiles are done with grad_out
+            if nxt:
                 issue_go(go_s, grad_out, T.Cast("int64", t + 1), 0, g0, head, own, row_vecs)
 
     @T.prim_func
@@ -263,6 +296,8 @@ def build(p, arch):
             v4 = T.alloc_local((VEC,), "bfloat16")
             o4 = T.alloc_local((VEC,), "bfloat16")
             z4 = T.alloc_local((VEC,), "bfloat16")
+            z8 = T.alloc_local((PVEC,), "bfloat16")
+            mc = T.alloc_local((COPY_BATCH * PVEC,), "bfloat16")
             gf = T.alloc_local((PVEC,), "float32")
             xf = T.alloc_local((PVEC,), "float32")
             kf = T.alloc_local((PVEC,), "float32")
@@ -275,7 +310,7 @@ def build(p, arch):
             ncx = T.alloc_var("float32")  # -cx, -ck
             nck = T.alloc_var("float32")
             masked = T.alloc_var("bool")
-            issued = T.alloc_var("bool")  # this token's v and first grad_out half were issued by the previous token
+            issued = T.alloc_var("bool")  # this token's v, grad_out and first tiles were issued before it
             nxt = T.alloc_var("bool")
             T.pdl_sync()
             warp = tid // 32
@@ -285,9 +320,8 @@ def build(p, arch):
             own = tid % LANES_PER_HEAD  # the thread's vector within a group of its head
             row_vecs = num_groups * LANES_PER_HEAD  # 4-element vectors per row of H
             n_stg = T.min(num_groups, STAGED)  # staged groups (Gs)
-            g0 = T.truncdiv(n_stg + 1, 2)  # the first grad_out half: groups [0, g0)
             n_tiles = T.truncdiv(num_groups + (TILE - 1), TILE)
-            late = (n_tiles - 1) * TILE < g0  # the last tile reads the next token's first half
+            g0 = T.min((n_tiles - 1) * TILE, n_stg)  # grad_out's first part: the groups the last tile does not read
             hidden = f32(num_groups * (LANES_PER_HEAD * VEC))
             p_row = (T.Cast("int64", pid) * hc + head) * row_vecs
             gs_row = head * (STAGED * LANES_PER_HEAD)  # the head's staged grad_out row, in vectors
@@ -297,6 +331,8 @@ def build(p, arch):
 
             for j in T.unroll(VEC):
                 z4[j] = T.Cast("bfloat16", T.float32(0))
+            for j in T.unroll(PVEC):
+                z8[j] = T.Cast("bfloat16", T.float32(0))
             for j in T.unroll(REG * VEC):
                 acc[j] = T.float32(0)
             for c2 in T.serial(REG // 2, T.truncdiv(num_groups + 1, 2)):
@@ -319,25 +355,22 @@ def build(p, arch):
                     if nxt:
                         nxt = not image_token_mask[t + 1]
                 if masked:
-                    # the next token's v and first grad_out half fly during the copy (their last readers, the
+                    # the next token's v, grad_out and first tiles fly during the copy (their last readers, the
                     # last unmasked token's threads, passed two barriers since)
                     if nxt:
                         issue_v(v_s, kv, T.Cast("int64", t + 1), n_stg, row_vecs, tid)
                         issue_go(go_s, grad_out, T.Cast("int64", t + 1), 0, g0, head, own, row_vecs)
-                    for c in T.serial(num_groups):
-                        cv = c * LANES_PER_HEAD + own
-                        for j in T.vectorized(VEC):
-                            go4[j] = grad_out[(x_row + cv) * VEC + j]
-                        for j in T.vectorized(VEC):
-                            grad_x[(x_row + cv) * VEC + j] = go4[j]
-                        for j in T.vectorized(VEC):
-                            grad_kv[(k_row + cv) * VEC + j] = z4[j]
+                        issue_go(go_s, grad_out, T.Cast("int64", t + 1), g0, n_stg, head, own, row_vecs)
+                        issue_first_tiles(x_s, k_s, w_s, hidden_states, kv, weight_fused, T.Cast("int64", t + 1),
+                                          n_tiles, num_groups, head, own, row_vecs)
+                    copy_image_token(grad_out, grad_x, grad_kv, mc, z8, x_row * VEC, k_row * VEC, num_groups, own,
+                                     row_vecs)
                     for q0 in T.serial(T.truncdiv(row_vecs + (THREADS - 1), THREADS)):
                         if q0 * THREADS + tid < row_vecs:
                             for j in T.vectorized(VEC):
                                 grad_kv[(v_row + q0 * THREADS + tid) * VEC + j] = z4[j]
                     if nxt:
-                        T.ptx_wait_group(1)
+                        T.ptx_wait_group(2 + AHEAD)
                         T.sync_threads()  # every thread's part of v has landed
                     issued = nxt
                 else:
@@ -345,14 +378,16 @@ def build(p, arch):
                         T.sync_threads()  # v may still be read by an earlier token's threads
                         issue_v(v_s, kv, t64, n_stg, row_vecs, tid)
                         issue_go(go_s, grad_out, t64, 0, g0, head, own, row_vecs)
-                        T.ptx_wait_group(1)
+                        issue_go(go_s, grad_out, t64, g0, n_stg, head, own, row_vecs)
+                        issue_first_tiles(x_s, k_s, w_s, hidden_states, kv, weight_fused, t64, n_tiles, num_groups,
+                                          head, own, row_vecs)
+                        T.ptx_wait_group(2 + AHEAD)
                         T.sync_threads()  # every thread's part of v has landed
                     # 1. G = Σ go·v in the peer's lane order
-                    issue_go(go_s, grad_out, t64, g0, n_stg, head, own, row_vecs)
                     s[0] = T.float32(0)
-                    T.ptx_wait_group(1)
+                    T.ptx_wait_group(1 + AHEAD)  # the first part (the second part and the first tiles may fly)
                     staged_dot(go_s, v_s, gob, vb, s, 0, g0, head, own)
-                    T.ptx_wait_group(0)
+                    T.ptx_wait_group(AHEAD)
                     staged_dot(go_s, v_s, gob, vb, s, g0, n_stg, head, own)
                     for c in T.serial(n_stg, num_groups):
                         cv = c * LANES_PER_HEAD + own
@@ -367,17 +402,11 @@ def build(p, arch):
                         sums[((t % 2) * hc + head) * WARPS_PER_HEAD + half] = s[0]
                     T.sync_threads()
                     s[0] = sums[((t % 2) * hc + head) * WARPS_PER_HEAD] + sums[((t % 2) * hc + head) * WARPS_PER_HEAD + 1]
-                    # 2. the next token's v (every thread is done with this token's), this token's first tile
+                    # 2. the next token's v (every thread is done with this token's)
                     if nxt:
                         issue_v(v_s, kv, T.Cast("int64", t + 1), n_stg, row_vecs, tid)
                     else:
                         T.ptx_commit_group()  # an empty group keeps the waits' counts
-                    for a in T.unroll(AHEAD):
-                        if a < n_tiles:
-                            issue_tile(x_s, k_s, w_s, hidden_states, kv, weight_fused, t64, a, num_groups, head, own,
-                                       row_vecs)
-                        else:
-                            T.ptx_commit_group()
                     raw = dot_in[t64 * hc + head]
                     g = gate_in[t64 * hc + head]
                     rx = rstd_x_in[t64 * hc + head]
@@ -414,7 +443,7 @@ def build(p, arch):
                     for i in T.unroll(REG // TILE):
                         if i < n_tiles:
                             tile_head(x_s, k_s, w_s, go_s, hidden_states, kv, weight_fused, grad_out, t, t64, i,
-                                      n_tiles, num_groups, head, own, row_vecs, nxt, late, g0)
+                                      n_tiles, num_groups, head, own, row_vecs, nxt, g0)
                             if (i + 1) * TILE <= num_groups:
                                 for u in T.unroll(TILE // 2):
                                     group_step(bufs, t64, i, u, num_groups, head, own, row_vecs, p_row, dg, ncx, nck,
@@ -425,13 +454,15 @@ def build(p, arch):
                                                True, True)
                     for i in T.serial(REG // TILE, n_tiles):
                         tile_head(x_s, k_s, w_s, go_s, hidden_states, kv, weight_fused, grad_out, t, t64, i, n_tiles,
-                                  num_groups, head, own, row_vecs, nxt, late, g0)
+                                  num_groups, head, own, row_vecs, nxt, g0)
                         for u in T.serial(TILE // 2):
                             group_step(bufs, t64, i, u, num_groups, head, own, row_vecs, p_row, dg, ncx, nck, False,
                                        True)
-                    if nxt and late:
-                        T.sync_threads()  # every thread is done reading the first half (phase 3 crosses threads)
-                        issue_go(go_s, grad_out, T.Cast("int64", t + 1), 0, g0, head, own, row_vecs)
+                    if nxt:
+                        T.sync_threads()  # every thread is done reading grad_out (phase 3 crosses threads)
+                        issue_go(go_s, grad_out, T.Cast("int64", t + 1), g0, n_stg, head, own, row_vecs)
+                        issue_first_tiles(x_s, k_s, w_s, hidden_states, kv, weight_fused, T.Cast("int64", t + 1),
+                                          n_tiles, num_groups, head, own, row_vecs)
                     issued = nxt
             for c2 in T.unroll(REG // 2):
                 if c2 * 512 + PVEC * own < row_vecs * VEC:
