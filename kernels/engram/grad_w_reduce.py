@@ -42,10 +42,20 @@ def build(p, arch):
             s = T.alloc_local((VEC,), "float32")
             wh = T.alloc_local((VEC,), dt)
             we = T.alloc_local((VEC,), dt)
-            g = T.alloc_local((VEC,), "float32")
+            gh = T.alloc_local((VEC,), "float32")
+            ge = T.alloc_local((VEC,), "float32")
             cv = T.Cast("int64", bx * THREADS + tx)  # the thread's column group
             col = cv * VEC
             T.pdl_sync()
+            # the update's other operands first: their loads fly with the first rows, not after the sum
+            for j in T.vectorized(VEC):
+                wh[j] = weight_hidden[col + j]
+            for j in T.vectorized(VEC):
+                we[j] = weight_embed[col + j]
+            for j in T.vectorized(VEC):
+                gh[j] = grad_weight_hidden[col + j]
+            for j in T.vectorized(VEC):
+                ge[j] = grad_weight_embed[col + j]
             for j in T.unroll(VEC):
                 s[j] = T.float32(0)
             for k in T.serial(T.truncdiv(num_partials, ROWS)):
@@ -61,22 +71,14 @@ def build(p, arch):
                                                  * numel_vecs + cv) * VEC + j]
                 for j in T.unroll(VEC):
                     s[j] = s[j] + rows[0, j]
-            for j in T.vectorized(VEC):
-                wh[j] = weight_hidden[col + j]
-            for j in T.vectorized(VEC):
-                we[j] = weight_embed[col + j]
-            for j in T.vectorized(VEC):
-                g[j] = grad_weight_hidden[col + j]
             for j in T.unroll(VEC):
-                g[j] = fma(s[j], T.Cast("float32", we[j]), g[j])
+                gh[j] = fma(s[j], T.Cast("float32", we[j]), gh[j])
             for j in T.vectorized(VEC):
-                grad_weight_hidden[col + j] = g[j]
-            for j in T.vectorized(VEC):
-                g[j] = grad_weight_embed[col + j]
+                grad_weight_hidden[col + j] = gh[j]
             for j in T.unroll(VEC):
-                g[j] = fma(s[j], T.Cast("float32", wh[j]), g[j])
+                ge[j] = fma(s[j], T.Cast("float32", wh[j]), ge[j])
             for j in T.vectorized(VEC):
-                grad_weight_embed[col + j] = g[j]
+                grad_weight_embed[col + j] = ge[j]
             T.pdl_trigger()
 
     return grad_w_reduce
