@@ -210,7 +210,7 @@ def test_step_reduce(seed, d, sms_delta):
     torch.testing.assert_close(col_sumsq, partial.sum(0), rtol=3e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize("parts", [0, 1, 127, 128, 129, 1000])
+@pytest.mark.parametrize("parts", [0, 1, 127, 128, 129, 511, 512, 513, 1000])
 def test_step_reduce_partial_counts(seed, parts):
     partial = torch.rand(parts, 256, device="cuda")
     partial[: min(parts, 3), 9] = float("inf")
