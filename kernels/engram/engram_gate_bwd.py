@@ -4,7 +4,8 @@ Thread level, because the bits of G = Σ go·v and of the weight-gradient partia
 which elements in which order. One CTA of 256 threads per partial row p (P = the SM count at run time), contiguous
 tokens per CTA, two warps per head, thread (head h, o = tid % 64). The memory parallelism comes from cp.async tiles
 in shared memory, not from threads: the earlier 1024-thread kernel issued plain loads and stayed latency-bound, and
-this one is faster at every model shape (figures: benchmarks/results/TARGETS.md, issue 16).
+this one is faster at every model shape, with and without image tokens (H200 store A/Bs against 8d942fa:
+benchmarks/results/2026-12-04-19564b7c82/NOTE.md).
 
 Per token t (G = H / 256 groups; the first STAGED = 32 groups, H <= 8192, staged in shared memory):
 
@@ -26,7 +27,7 @@ Per token t (G = H / 256 groups; the first STAGED = 32 groups, H <= 8192, staged
    (v has landed for every thread; phases 2 and 3 are done reading grad_out except the last tile's groups), then
    issue the next token's first part. After the last tile: barrier, the second part and the first tiles (the
    slots are the thread's own, so they need no barrier; issued here rather than in phase 2, the tiles land during
-   phases 1 and 2: 3.6 % at H 4096, 6 % at H 2560, A/B in benchmarks/results/TARGETS.md).
+   phases 1 and 2: 3.6 % at H 4096, 6 % at H 2560, store A/B "early2" in benchmarks/results/2026-12-04-19564b7c82/).
 
 Image tokens copy grad_out to grad_x and zero grad_kv from global memory, 16-byte vectors, four loads in flight per
 thread, while the next token's v, grad_out and first tiles fly. H is a runtime value, like T, s, clamp_value and P.
@@ -48,6 +49,7 @@ PASS_CONFIGS = {
 VEC = 4  # elements per vector (phase 1, grad_v)
 PVEC = 8  # elements per vector of phase 3 (one 16-byte bf16 copy)
 AHEAD = SLOTS - 1  # x/k/w tiles in flight ahead of the one computed
+AFTER_V = 2 + AHEAD  # commit groups issue_token puts after v: the two grad_out parts and the first tiles
 WARPS_PER_HEAD = 2
 COPY_BATCH = 4  # an image token's 8-element vectors in flight per thread
 LANES_PER_HEAD = 64  # 4-element vectors per group of a head: 64 · 4 = 256
@@ -136,6 +138,17 @@ def build(p, arch):
                 issue_tile(x_s, k_s, w_s, hidden_states, kv, weight_fused, t64, a, num_groups, head, own, row_vecs)
             else:
                 T.ptx_commit_group()
+
+    @T.macro
+    def issue_token(v_s, go_s, x_s, k_s, w_s, grad_out, hidden_states, kv, weight_fused, tq64, n_stg, g0, n_tiles,
+                    num_groups, head, own, row_vecs, tid):
+        """Everything token tq's phase 1 waits for, from scratch: v, both grad_out parts and the first tiles, in the
+        order a later token's issue leaves them (wait_group(AFTER_V) then means: v has landed)."""
+        issue_v(v_s, kv, tq64, n_stg, row_vecs, tid)
+        issue_go(go_s, grad_out, tq64, 0, g0, head, own, row_vecs)
+        issue_go(go_s, grad_out, tq64, g0, n_stg, head, own, row_vecs)
+        issue_first_tiles(x_s, k_s, w_s, hidden_states, kv, weight_fused, tq64, n_tiles, num_groups, head, own,
+                          row_vecs)
 
     @T.macro
     def group_step(bufs, t64, i, u, num_groups, head, own, row_vecs, p_row, dg, ncx, nck, from_regs, guard):
@@ -358,11 +371,8 @@ def build(p, arch):
                     # the next token's v, grad_out and first tiles fly during the copy (their last readers, the
                     # last unmasked token's threads, passed two barriers since)
                     if nxt:
-                        issue_v(v_s, kv, T.Cast("int64", t + 1), n_stg, row_vecs, tid)
-                        issue_go(go_s, grad_out, T.Cast("int64", t + 1), 0, g0, head, own, row_vecs)
-                        issue_go(go_s, grad_out, T.Cast("int64", t + 1), g0, n_stg, head, own, row_vecs)
-                        issue_first_tiles(x_s, k_s, w_s, hidden_states, kv, weight_fused, T.Cast("int64", t + 1),
-                                          n_tiles, num_groups, head, own, row_vecs)
+                        issue_token(v_s, go_s, x_s, k_s, w_s, grad_out, hidden_states, kv, weight_fused,
+                                    T.Cast("int64", t + 1), n_stg, g0, n_tiles, num_groups, head, own, row_vecs, tid)
                     copy_image_token(grad_out, grad_x, grad_kv, mc, z8, x_row * VEC, k_row * VEC, num_groups, own,
                                      row_vecs)
                     for q0 in T.serial(T.truncdiv(row_vecs + (THREADS - 1), THREADS)):
@@ -370,22 +380,19 @@ def build(p, arch):
                             for j in T.vectorized(VEC):
                                 grad_kv[(v_row + q0 * THREADS + tid) * VEC + j] = z4[j]
                     if nxt:
-                        T.ptx_wait_group(2 + AHEAD)
+                        T.ptx_wait_group(AFTER_V)
                         T.sync_threads()  # every thread's part of v has landed
                     issued = nxt
                 else:
                     if not issued:
                         T.sync_threads()  # v may still be read by an earlier token's threads
-                        issue_v(v_s, kv, t64, n_stg, row_vecs, tid)
-                        issue_go(go_s, grad_out, t64, 0, g0, head, own, row_vecs)
-                        issue_go(go_s, grad_out, t64, g0, n_stg, head, own, row_vecs)
-                        issue_first_tiles(x_s, k_s, w_s, hidden_states, kv, weight_fused, t64, n_tiles, num_groups,
-                                          head, own, row_vecs)
-                        T.ptx_wait_group(2 + AHEAD)
+                        issue_token(v_s, go_s, x_s, k_s, w_s, grad_out, hidden_states, kv, weight_fused, t64, n_stg,
+                                    g0, n_tiles, num_groups, head, own, row_vecs, tid)
+                        T.ptx_wait_group(AFTER_V)
                         T.sync_threads()  # every thread's part of v has landed
                     # 1. G = Σ go·v in the peer's lane order
                     s[0] = T.float32(0)
-                    T.ptx_wait_group(1 + AHEAD)  # the first part (the second part and the first tiles may fly)
+                    T.ptx_wait_group(AFTER_V - 1)  # the first part (the second part and the first tiles may fly)
                     staged_dot(go_s, v_s, gob, vb, s, 0, g0, head, own)
                     T.ptx_wait_group(AHEAD)
                     staged_dot(go_s, v_s, gob, vb, s, g0, n_stg, head, own)

@@ -25,6 +25,7 @@ def build(p, arch):
 
     del arch
     threads = p["threads"]
+    assert SUBS == 4, "the cp.async waits of the sub-blocks are written out for 4"
     warps = threads // 32
     per_warp = SUB // warps
     rows = SUB * SUBS
