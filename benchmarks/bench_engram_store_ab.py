@@ -64,9 +64,12 @@ def _fwd_ctas_per_sm(key):
 GATE_T, GATE_HC, GATE_EPS, GATE_CLAMP = 8192, 4, 1e-20, 1e-6
 
 
+GATE_HIDDEN = (4096, 2560, 7168)
+
+
 def _gate_inputs():
     """(H, x, kv, fused weight, generator) of the gate cases, seeded by H."""
-    for h in (4096, 2560, 7168):
+    for h in GATE_HIDDEN:
         g = torch.Generator(device="cuda").manual_seed(h)
         x = torch.randn(GATE_T, GATE_HC, h, device="cuda", generator=g).bfloat16()
         kv = torch.randn(GATE_T, GATE_HC + 1, h, device="cuda", generator=g).bfloat16()
@@ -158,7 +161,12 @@ def main():
     p.add_argument("--out", required=True)
     p.add_argument("--rows", type=int, default=100001)
     p.add_argument("--only", choices=("gate_fwd", "gate_bwd", "reductions"), help="time one group of ops")
+    p.add_argument("--hidden", help="the gate cases' hidden sizes, comma-separated (default 4096,2560,7168); a "
+                                    "store whose kernel fixes H must be timed at that H only")
     args = p.parse_args()
+    if args.hidden:
+        global GATE_HIDDEN
+        GATE_HIDDEN = tuple(int(h) for h in args.hidden.split(","))
     ceiling = copy_ceiling_gbs()
     records = [{"name": "copy_ceiling", "label": args.label, "bandwidth_gbs": round(ceiling, 1)}]
     e = kernelkiln.engram
