@@ -2,7 +2,8 @@
 
 Thread level, because the bits are decided by which lane sums which elements in which order, and because that
 ownership also makes the pipeline barrier-free: one warp per CTA, grid [hc, P]; the CTA of (head h, block b) takes
-the contiguous tokens [b·ceil(T/P), (b+1)·ceil(T/P)). Lane l owns the 8-element vectors c·256 + 8l of every row
+the tokens b, b + P, b + 2P, ... (interleaved rather than contiguous runs, so that the CTAs in flight read
+neighbouring rows: 3 % faster at H 4096, store A/B in benchmarks/results/TARGETS.md, issue 16). Lane l owns the 8-element vectors c·256 + 8l of every row
 (16 bytes of x, k and v, 32 bytes of w). It copies its own vectors into shared memory with cp.async (16 bytes,
 L2 only) and reads back only what it copied itself, so its ``cp.async.wait_group`` orders everything and no barrier
 is needed (a tile-level ``T.async_copy`` would spread the bytes over the warp as its layout inference likes). The
@@ -10,7 +11,7 @@ is needed (a tile-level ``T.async_copy`` would spread the bytes over the warp as
 TileLang's cp.async and wait asm have no memory clobber, and no shared-memory read may move above its wait or below
 the copy that next overwrites it.
 
-Shared memory per CTA (GATE_FWD_SHARED_BYTES, 12288 bytes: 17 CTAs per SM):
+Shared memory per CTA (GATE_FWD_SHARED_BYTES, 14336 bytes: 15 CTAs per SM):
 
 * ``xs``: the token's x row, its first GATE_FWD_STAGED_GROUPS groups of 256 (all of it for H <= 4096), read by
   both passes, so x comes from DRAM once;
@@ -25,7 +26,7 @@ the saved rows follow. Pass 2 writes ``fma(g, v, x)`` rounded to bf16 block by b
 token: its x block b into xs as soon as this token has read block b, and its first SLOTS - 1 k blocks as the ring
 items after this token's last v. So at a token boundary the next token's x row and first k blocks are in flight or
 landed (a warm start). The next token starts cold (its x_0.. and k_0.. issued first, each x block then riding with
-its k block) when it is masked or outside the CTA's run, or when the row has fewer than SLOTS blocks (H <= 1536).
+its k block) when it is masked or the CTA's last, or when the row has fewer than SLOTS blocks (H <= 2048).
 
 cp.async groups: every step commits one group (possibly empty), so an item issued SLOTS - 1 steps before is
 complete once at most SLOTS - 1 groups are pending. Between tokens one more group sits: the warm start's last x
@@ -36,6 +37,7 @@ H is a runtime value: a partial last block predicates its groups; the groups pas
 Image tokens copy the row (16-byte loads and stores, a block at a time) or do nothing in place.
 """
 from kernelkiln_contract.engram_gate import GATE_FWD_BLOCK_GROUPS as BLOCK
+from kernelkiln_contract.engram_gate import GATE_FWD_CTAS_PER_SM
 from kernelkiln_contract.engram_gate import GATE_FWD_RING_SLOTS as SLOTS
 from kernelkiln_contract.engram_gate import GATE_FWD_SHARED_BYTES
 from kernelkiln_contract.engram_gate import GATE_FWD_STAGED_GROUPS as STAGED
@@ -159,37 +161,37 @@ def build(p, arch):
             rk = T.alloc_var("float32")
             g = T.alloc_var("float32")
             masked = T.alloc_var("bool")
-            m_next = T.alloc_var("bool")  # the mask of token t + 1 (False past the run)
+            m_next = T.alloc_var("bool")  # the mask of token t + P (False past the CTA's last)
             nxt = T.alloc_var("bool")  # the next token continues the pipeline (warm start)
             warm = T.alloc_var("bool")  # this token's x row and first k blocks were issued by the previous token
             pos = T.alloc_var("int32")  # the ring slot of the next item to consume
+            T.annotate_min_blocks_per_sm(GATE_FWD_CTAS_PER_SM)  # the persistent grid assumes them all resident
             T.pdl_sync()
             num_blk = T.truncdiv(num_groups + (BLOCK - 1), BLOCK)
             row = T.Cast("int64", num_groups) * GROUP  # elements per row of H
             hidden = T.Cast("float32", num_groups * GROUP)
-            per_block = T.truncdiv(num_tokens + num_blocks - 1, num_blocks)
-            t_start = T.min(per_block * pid_b, num_tokens)
-            t_end = T.min(per_block * (pid_b + 1), num_tokens)
+            count = T.truncdiv(T.max(num_tokens - pid_b, 0) + num_blocks - 1, num_blocks)  # tokens pid_b + i·P
             lv = lane * VEC  # the lane's offset in a group
             w_row = T.Cast("int64", pid_h) * row + lv
             warm = False
             pos = 0
             masked = False
             if has_mask:
-                if t_start < t_end:
-                    masked = image_token_mask[t_start]
+                if pid_b < num_tokens:
+                    masked = image_token_mask[pid_b]
             load_w(wl, weight_fused, w_row, 0, num_groups)  # w block 0: the same for every token of the CTA
-            for t in T.serial(t_start, t_end):
+            for it in T.serial(count):
+                t = pid_b + it * num_blocks
                 t64 = T.Cast("int64", t)
                 x_row = (t64 * hc + pid_h) * row + lv  # element offsets of the lane's first vector
                 k_row = (t64 * (hc + 1) + pid_h) * row + lv
                 v_row = (t64 * (hc + 1) + hc) * row + lv
-                x_nxt = x_row + hc * row  # token t + 1
-                k_nxt = k_row + (hc + 1) * row
+                x_nxt = x_row + T.Cast("int64", num_blocks) * hc * row  # token t + P
+                k_nxt = k_row + T.Cast("int64", num_blocks) * (hc + 1) * row
                 m_next = False
                 if has_mask:
-                    if t + 1 < t_end:
-                        m_next = image_token_mask[t + 1]  # needed in pass 2 and by the next token
+                    if it + 1 < count:
+                        m_next = image_token_mask[t + num_blocks]  # needed in pass 2 and by the next token
                 if masked:
                     if not inplace:
                         for i in T.serial(num_blk):
@@ -199,7 +201,7 @@ def build(p, arch):
                                     for j in T.vectorized(VEC):
                                         output[x_row + (i * BLOCK + u) * GROUP + j] = xb[u * VEC + j]
                 else:
-                    nxt = t + 1 < t_end and num_blk >= SLOTS
+                    nxt = it + 1 < count and num_blk >= SLOTS
                     if has_mask:
                         nxt = nxt and not m_next
                     if not warm:  # cold start: items 0 .. SLOTS-2 with their x blocks, then the extra group

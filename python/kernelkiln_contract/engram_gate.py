@@ -11,15 +11,18 @@ GATE_BWD_HC = (4,)  # the backward's G keeps the peer's layout, two warps per he
 GATE_ALIGN = 256  # hidden sizes are multiples of it: one 8-element vector per lane of a warp
 GATE_MIN_HIDDEN = 512
 GATE_FWD_THREADS = 32
-GATE_FWD_BLOCK_GROUPS = 2  # 256-element groups per pipeline block (one ring slot: 512 elements)
-GATE_FWD_RING_SLOTS = 4  # ring slots: k blocks (pass 1), then v blocks (pass 2), SLOTS - 1 blocks ahead
+# 256-element groups per pipeline block (one ring slot: 1024 elements) and ring slots (k blocks in pass 1, then v
+# blocks in pass 2, SLOTS - 1 blocks ahead): with interleaved tokens 1024-element blocks in 3 slots (15 CTAs per SM)
+# beat 512 in 4 (17 CTAs) at H 2560 and 7168 and tie at 4096 (benchmarks/results/TARGETS.md, issue 16)
+GATE_FWD_BLOCK_GROUPS = 4
+GATE_FWD_RING_SLOTS = 3
 # groups of the x row staged in shared memory (H <= 4096); x beyond is read twice. Fewer staged groups buy CTAs per
 # SM, which is worth more than staging all of H 7168 (the A/B: benchmarks/results/2026-12-02-62cb392d9e/)
 GATE_FWD_STAGED_GROUPS = 16
-GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS * GATE_FWD_BLOCK_GROUPS)  # 12288
+GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS * GATE_FWD_BLOCK_GROUPS)  # 14336
 # CTAs an SM holds, from shared memory: sm_90a and sm_100a have 228 KB per SM and reserve 1 KB per CTA (their 64 K
-# registers allow 17 one-warp CTAs up to 120 registers a thread; the kernel takes about 96)
-GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 17
+# registers allow 15 one-warp CTAs up to 136 registers a thread; the kernel takes 128)
+GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 15
 GATE_BWD_THREADS = 256  # two warps per head (hc 4): the peer's lane order for G
 GATE_BWD_REG_GROUPS = 32  # 256-element groups of a head whose weight-gradient sums a thread keeps in registers
 GATE_BWD_TILE_GROUPS = 4  # groups of x, k and w per tile
@@ -35,7 +38,7 @@ GATE_BWD_SHARED_BYTES = ((GATE_BWD_HC[0] + 1) * GATE_BWD_STAGED_GROUPS * 256 * 2
 
 def gate_fwd_num_blocks(num_sms, hc_mult):
     """Persistent CTAs per head of the forward (the grid is [hc, P]; GATE_FWD_CTAS_PER_SM per SM, which the shared
-    memory allows); each takes a contiguous run of ceil(T/P) tokens. The result does not depend on it."""
+    memory allows); CTA b takes the tokens b, b + P, b + 2P, .... The result does not depend on it."""
     return max(1, num_sms * GATE_FWD_CTAS_PER_SM // hc_mult)
 
 
@@ -67,7 +70,7 @@ reads the input). No launch for T = 0.
 Compile time: hc (the grid and strides; offered 1, 2, 4, 8), save_for_backward (the four stores), whether a mask is
 given (the per-token test) and inplace (the image-row copy). Runtime: T, H (any multiple of 256 from 512), eps,
 clamp_value, s (computed from H on the host, rounded once to fp32 as the peer's compile-time constant is) and the
-persistent-CTA count P (grid [hc, P], contiguous runs of ceil(T/P) tokens per CTA): results do not depend on P.
+persistent-CTA count P (grid [hc, P], CTA b takes the tokens b, b + P, ...): results do not depend on P.
 """
 
 ENGRAM_GATE_FWD = OpContract(
