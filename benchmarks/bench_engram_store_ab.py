@@ -62,9 +62,7 @@ def _fwd_ctas_per_sm(key):
 
 
 GATE_T, GATE_HC, GATE_EPS, GATE_CLAMP = 8192, 4, 1e-20, 1e-6
-
-
-GATE_HIDDEN = (4096, 2560, 7168)
+GATE_HIDDEN = (4096, 2560, 7168)  # --hidden replaces it
 
 
 def _gate_inputs():

@@ -3,13 +3,13 @@
 Thread level, because the bits are decided by which lane sums which elements in which order, and because that
 ownership also makes the pipeline barrier-free: one warp per CTA, grid [hc, P]; the CTA of (head h, block b) takes
 the tokens b, b + P, b + 2P, ... (interleaved rather than contiguous runs, so that the CTAs in flight read
-neighbouring rows: 3 % faster at H 4096, store A/B in benchmarks/results/TARGETS.md, issue 16). Lane l owns the 8-element vectors c·256 + 8l of every row
-(16 bytes of x, k and v, 32 bytes of w). It copies its own vectors into shared memory with cp.async (16 bytes,
-L2 only) and reads back only what it copied itself, so its ``cp.async.wait_group`` orders everything and no barrier
-is needed (a tile-level ``T.async_copy`` would spread the bytes over the warp as its layout inference likes). The
-``__syncwarp()`` at the start of each step and after each wait is a compiler barrier only (ptxas makes it a NOP):
-TileLang's cp.async and wait asm have no memory clobber, and no shared-memory read may move above its wait or below
-the copy that next overwrites it.
+neighbouring rows; the store A/Bs are in benchmarks/results/TARGETS.md, issue 16). Lane l owns the 8-element
+vectors c·256 + 8l of every row (16 bytes of x, k and v, 32 bytes of w). It copies its own vectors into shared
+memory with cp.async (16 bytes, L2 only) and reads back only what it copied itself, so its ``cp.async.wait_group``
+orders everything and no barrier is needed (a tile-level ``T.async_copy`` would spread the bytes over the warp as
+its layout inference likes). The ``__syncwarp()`` at the start of each step and after each wait is a compiler
+barrier only (ptxas makes it a NOP): TileLang's cp.async and wait asm have no memory clobber, and no shared-memory
+read may move above its wait or below the copy that next overwrites it.
 
 Shared memory per CTA (GATE_FWD_SHARED_BYTES, 14336 bytes: 15 CTAs per SM):
 

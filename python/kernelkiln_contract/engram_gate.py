@@ -20,8 +20,8 @@ GATE_FWD_RING_SLOTS = 3
 # SM, which is worth more than staging all of H 7168 (the A/B: benchmarks/results/2026-12-02-62cb392d9e/)
 GATE_FWD_STAGED_GROUPS = 16
 GATE_FWD_SHARED_BYTES = 2 * 256 * (GATE_FWD_STAGED_GROUPS + GATE_FWD_RING_SLOTS * GATE_FWD_BLOCK_GROUPS)  # 14336
-# CTAs an SM holds, from shared memory: sm_90a and sm_100a have 228 KB per SM and reserve 1 KB per CTA (their 64 K
-# registers allow 15 one-warp CTAs up to 136 registers a thread; the kernel takes 128)
+# CTAs an SM holds, from shared memory: sm_90a and sm_100a have 228 KB per SM and reserve 1 KB per CTA; their 64 K
+# registers allow 15 one-warp CTAs up to 136 registers a thread, which the kernel's launch bounds enforce
 GATE_FWD_CTAS_PER_SM = (228 * 1024) // (GATE_FWD_SHARED_BYTES + 1024)  # 15
 GATE_BWD_THREADS = 256  # two warps per head (hc 4): the peer's lane order for G
 GATE_BWD_REG_GROUPS = 32  # 256-element groups of a head whose weight-gradient sums a thread keeps in registers
