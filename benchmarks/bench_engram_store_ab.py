@@ -157,7 +157,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--label", default="wheel")
     p.add_argument("--out", required=True)
-    p.add_argument("--rows", type=int, default=100001)
+    # not --rows: benchmarks/run_store_ab.sh passes --rows N for a store folder named *-r<N> (row-count variants of
+    # bench_store_ab.py), which must fail here rather than silently shrink the Sinkhorn matrices
+    p.add_argument("--sinkhorn-rows", type=int, default=100001, help="rows of the Sinkhorn step / finalize matrices")
     p.add_argument("--only", choices=("gate_fwd", "gate_bwd", "reductions"), help="time one group of ops")
     p.add_argument("--hidden", help="the gate cases' hidden sizes, comma-separated (default 4096,2560,7168); a "
                                     "store whose kernel fixes H must be timed at that H only")
@@ -183,7 +185,7 @@ def main():
             records += _grad_w_reduce(e, ceiling, args.label)
         except kernelkiln.MissingSpecializationError as err:  # an experiment store may hold only some ops
             print(f"{args.label}: skipped ({str(err).splitlines()[0]})", flush=True)
-        records += _sinkhorn(e, ceiling, args.label, args.rows)
+        records += _sinkhorn(e, ceiling, args.label, args.sinkhorn_rows)
     Path(args.out).write_text(json.dumps(records, indent=1) + "\n")
 
 

@@ -2,7 +2,8 @@
 # A/B of experiment kernel stores on the GPU machine, after `scripts/gpu_verify.sh device` has installed the
 # wheel into /tmp/tk-site: bench_store_ab.py runs once with the wheel's own store ("base") and once per
 # store folder under STORES_DIR, alternating over ROUNDS rounds, so every store sees the same machine state.
-# A folder whose name ends in -r<N> holds rows=N variants. JSON per run and one log go to $OUT/ab/. AB_SCRIPT
+# A folder whose name ends in -r<N> holds rows=N variants: the script gets --rows N (bench_store_ab.py's
+# option; bench_engram_store_ab.py has none and refuses it, so name its stores otherwise). JSON per run and one log go to $OUT/ab/. AB_SCRIPT
 # picks another A/B script with the same arguments (--label, --out), e.g. bench_engram_store_ab.py; AB_ARGS adds
 # arguments to every run (e.g. "--only gate_bwd").
 #
