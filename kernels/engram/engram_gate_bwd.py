@@ -368,9 +368,11 @@ def build(p, arch):
                     if nxt:
                         nxt = not image_token_mask[t + 1]
                 if masked:
-                    # the next token's v, grad_out and first tiles fly during the copy (their last readers, the
-                    # last unmasked token's threads, passed two barriers since)
+                    # the next token's v, grad_out and first tiles fly during the copy
                     if nxt:
+                        # an unmasked token just before this one ended with its last tile, whose threads read
+                        # grad_out groups [g0, Gs) of other threads' copies without a barrier after it
+                        T.sync_threads()
                         issue_token(v_s, go_s, x_s, k_s, w_s, grad_out, hidden_states, kv, weight_fused,
                                     T.Cast("int64", t + 1), n_stg, g0, n_tiles, num_groups, head, own, row_vecs, tid)
                     copy_image_token(grad_out, grad_x, grad_kv, mc, z8, x_row * VEC, k_row * VEC, num_groups, own,
